@@ -1,0 +1,215 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// CI reports whether the tests run under CI (CI=true): then a missing tool
+// is a failure, not a skip.
+func CI() bool { return os.Getenv("CI") != "" && os.Getenv("CI") != "false" }
+
+// Need returns the path of tool, or skips the test (fails it under CI).
+func Need(t testing.TB, tool string) string {
+	t.Helper()
+	p, err := exec.LookPath(tool)
+	if err != nil {
+		Missing(t, fmt.Sprintf("%s not found on PATH", tool))
+	}
+	return p
+}
+
+// Missing skips the test with why, or fails it under CI.
+func Missing(t testing.TB, why string) {
+	t.Helper()
+	if CI() {
+		t.Fatalf("testenv: %s (CI=true: .ci/run must install it)", why)
+	}
+	t.Skipf("testenv: %s (skipped outside CI)", why)
+}
+
+// Python is Debian's python3 (the one that sees python3-pymodbus), after
+// checking that pymodbus imports.
+func Python(t testing.TB) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	if out, err := exec.Command(py, "-c", "import pymodbus").CombinedOutput(); err != nil {
+		Missing(t, fmt.Sprintf("%s cannot import pymodbus (Debian python3-pymodbus): %v %s", py, err, out))
+	}
+	return py
+}
+
+// Start runs cmd, kills it and waits for it at cleanup. It returns a
+// reader of the process's stderr lines (stdout too if combined).
+func Start(t testing.TB, cmd *exec.Cmd) *bufio.Scanner {
+	t.Helper()
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	if cmd.Stdout == nil {
+		cmd.Stdout = pw
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("testenv: start %s: %v", cmd.Path, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		pw.Close()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		// drain so the copier goroutine of exec is not stuck
+	})
+	return bufio.NewScanner(pr)
+}
+
+// WaitLine reads lines from sc until one contains substr or timeout passes.
+// Lines read on the way are logged. Returns the matching line.
+func WaitLine(t testing.TB, sc *bufio.Scanner, substr string, timeout time.Duration) string {
+	t.Helper()
+	found := make(chan string, 1)
+	go func() {
+		for sc.Scan() {
+			line := sc.Text()
+			if strings.Contains(line, substr) {
+				found <- line
+				// keep draining so the process never blocks on a full pipe
+				for sc.Scan() {
+				}
+				return
+			}
+		}
+		close(found)
+	}()
+	select {
+	case line, ok := <-found:
+		if !ok {
+			t.Fatalf("testenv: process ended before printing %q", substr)
+		}
+		return line
+	case <-time.After(timeout):
+		t.Fatalf("testenv: %q not printed within %v", substr, timeout)
+	}
+	return ""
+}
+
+// PTYPair starts socat with two linked ptys and returns their paths. The
+// pair lives until the test ends.
+func PTYPair(t testing.TB) (a, b string) {
+	t.Helper()
+	socat := Need(t, "socat")
+	dir := t.TempDir()
+	a, b = filepath.Join(dir, "ptyA"), filepath.Join(dir, "ptyB")
+	cmd := exec.Command(socat, "-d", "-d",
+		"pty,raw,echo=0,link="+a, "pty,raw,echo=0,link="+b)
+	sc := Start(t, cmd)
+	WaitLine(t, sc, "starting data transfer loop", 10*time.Second)
+	return a, b
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago. Only for
+// external programs that cannot listen on port 0 and report it; callers must
+// retry if the program then fails to bind.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Mosquitto is a real broker started for one test.
+type Mosquitto struct {
+	Addr string // 127.0.0.1:PORT
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartMosquitto runs Debian's mosquitto in the foreground on a random
+// loopback port with a generated config, and waits until it accepts.
+func StartMosquitto(t testing.TB) *Mosquitto {
+	t.Helper()
+	bin := Need(t, "mosquitto")
+	dir := t.TempDir()
+	for attempt := 0; attempt < 5; attempt++ {
+		port := FreePort(t)
+		m, err := startMosquitto(bin, dir, port)
+		if err == nil {
+			t.Cleanup(m.Stop)
+			return m
+		}
+		t.Logf("testenv: mosquitto on port %d: %v; retrying", port, err)
+	}
+	t.Fatal("testenv: mosquitto did not start")
+	return nil
+}
+
+// RestartMosquitto starts a stopped broker again on the same port.
+func (m *Mosquitto) Restart(t testing.TB) {
+	t.Helper()
+	m.Stop()
+	_, port, _ := net.SplitHostPort(m.Addr)
+	var p int
+	fmt.Sscan(port, &p)
+	n, err := startMosquitto(m.cmd.Path, filepath.Dir(m.cmd.Args[2]), p)
+	if err != nil {
+		t.Fatalf("testenv: restart mosquitto: %v", err)
+	}
+	*m = *n
+}
+
+func startMosquitto(bin, dir string, port int) (*Mosquitto, error) {
+	conf := filepath.Join(dir, fmt.Sprintf("mosquitto-%d.conf", port))
+	body := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nuser root\nmax_queued_messages 0\nmax_inflight_messages 0\n", port)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-c", conf)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	m := &Mosquitto{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(m.done) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", m.Addr)
+		if err == nil {
+			c.Close()
+			return m, nil
+		}
+		select {
+		case <-m.done:
+			return nil, fmt.Errorf("mosquitto exited: %v", cmd.ProcessState)
+		case <-ctx.Done():
+			m.Stop()
+			return nil, fmt.Errorf("mosquitto not accepting on %s", m.Addr)
+		case <-time.After(20 * time.Millisecond): // poll interval of a readiness check
+		}
+	}
+}
+
+// Stop kills the broker and waits for it. Idempotent.
+func (m *Mosquitto) Stop() {
+	select {
+	case <-m.done:
+		return
+	default:
+	}
+	_ = m.cmd.Process.Kill()
+	<-m.done
+}

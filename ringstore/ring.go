@@ -1,0 +1,187 @@
+package ringstore
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultRingSize is the ring's capacity in samples when the config names none.
+const DefaultRingSize = 200
+
+// Snapshot is the latest sample of every tag ever appended, sorted by device
+// then tag, and the sequence number it is current to. Immutable once
+// published: readers may keep and encode it without any lock.
+type Snapshot struct {
+	Seq    uint64
+	Latest []Sample
+}
+
+// Result is what Since returns.
+type Result struct {
+	// Samples newer than the caller's sequence, oldest first (appended to dst).
+	Samples []Sample
+	// Reset: the caller's sequence fell out of the ring, or is ahead of the
+	// ring (the gateway restarted). Samples is empty; use Snapshot instead.
+	Reset bool
+	// Seq is the ring's last sequence number at the time of the call.
+	Seq uint64
+	// Wait is closed by the first Append after this call. Taken under the
+	// same lock as the check, so waiting on it cannot miss an append.
+	Wait <-chan struct{}
+}
+
+// Ring keeps the last N samples and the latest sample of every tag.
+// Safe for concurrent use: Append from any number of pollers, readers anywhere.
+type Ring struct {
+	seq *Sequence
+	sub func([]Sample) // optional: sees every appended batch, after seqs are set
+
+	mu      sync.Mutex
+	buf     []Sample // circular, len == capacity once full
+	start   int      // index of the oldest sample when full
+	last    uint64   // seq of the newest sample in buf
+	wake    chan struct{}
+	latest  []Sample    // latest sample per tag, in first-seen order
+	index   map[key]int // (device, tag) -> index in latest
+	snap    atomic.Pointer[Snapshot]
+	dirty   atomic.Bool   // latest changed since snap was built
+	appends atomic.Uint64 // batches appended
+}
+
+type key struct{ device, tag string }
+
+// NewRing returns a ring of size samples (DefaultRingSize if size <= 0)
+// taking its numbers from seq.
+func NewRing(size int, seq *Sequence) *Ring {
+	if size <= 0 {
+		size = DefaultRingSize
+	}
+	r := &Ring{
+		seq:   seq,
+		buf:   make([]Sample, 0, size),
+		wake:  make(chan struct{}),
+		index: make(map[key]int),
+		last:  seq.Last(),
+	}
+	r.snap.Store(&Snapshot{Seq: r.last})
+	return r
+}
+
+// OnAppend registers fn to see every appended batch (with sequence numbers
+// set) while the ring's lock is held, so it sees batches in sequence order.
+// fn must not block: it is the durable queue's hand-off. Set it before the
+// first Append.
+func (r *Ring) OnAppend(fn func([]Sample)) { r.sub = fn }
+
+// Append numbers the batch (one poll of one device), stores it, updates the
+// latest values and wakes every waiter. It returns the first and last
+// sequence numbers given. The batch's Seq fields are overwritten in place.
+func (r *Ring) Append(batch []Sample) (first, last uint64, err error) {
+	if len(batch) == 0 {
+		return 0, 0, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first, err = r.seq.Reserve(len(batch))
+	if err != nil {
+		return 0, 0, err
+	}
+	for i := range batch {
+		batch[i].Seq = first + uint64(i)
+		r.push(batch[i])
+		k := key{batch[i].Device, batch[i].Tag}
+		if j, ok := r.index[k]; ok {
+			r.latest[j] = batch[i]
+		} else {
+			r.index[k] = len(r.latest)
+			r.latest = append(r.latest, batch[i])
+		}
+	}
+	last = first + uint64(len(batch)) - 1
+	r.last = last
+	r.dirty.Store(true)
+	r.appends.Add(1)
+	if r.sub != nil {
+		r.sub(batch)
+	}
+	close(r.wake)
+	r.wake = make(chan struct{})
+	return first, last, nil
+}
+
+func (r *Ring) push(s Sample) {
+	if len(r.buf) < cap(r.buf) {
+		r.buf = append(r.buf, s)
+		return
+	}
+	r.buf[r.start] = s
+	r.start = (r.start + 1) % len(r.buf)
+}
+
+// Seq is the last sequence number appended (or, before the first append,
+// the last one handed out before this process started).
+func (r *Ring) Seq() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// Cap is the ring's capacity in samples.
+func (r *Ring) Cap() int { return cap(r.buf) }
+
+// Appends is the number of batches appended since start.
+func (r *Ring) Appends() uint64 { return r.appends.Load() }
+
+// Since returns every sample with seq > after still in the ring, appended to
+// dst, or Reset when after is older than the oldest sample kept or newer than
+// the ring's last. When nothing is newer, Samples is empty and Wait is the
+// channel to wait on.
+func (r *Ring) Since(after uint64, dst []Sample) Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := Result{Samples: dst, Seq: r.last, Wait: r.wake}
+	if after > r.last {
+		res.Reset = true
+		return res
+	}
+	n := len(r.buf)
+	if after == r.last {
+		return res
+	}
+	oldest := r.last - uint64(n) + 1 // last+1 when empty (after a restart)
+	if after+1 < oldest {
+		res.Reset = true
+		return res
+	}
+	skip := int(after + 1 - oldest) // samples at or below after
+	for i := skip; i < n; i++ {
+		res.Samples = append(res.Samples, r.buf[(r.start+i)%n])
+	}
+	return res
+}
+
+// Snapshot returns the latest value of every tag. It is rebuilt at most once
+// per append, whatever the number of readers.
+func (r *Ring) Snapshot() *Snapshot {
+	if !r.dirty.Load() {
+		return r.snap.Load()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.dirty.Load() {
+		return r.snap.Load()
+	}
+	latest := make([]Sample, len(r.latest))
+	copy(latest, r.latest)
+	sort.Slice(latest, func(i, j int) bool {
+		if latest[i].Device != latest[j].Device {
+			return latest[i].Device < latest[j].Device
+		}
+		return latest[i].Tag < latest[j].Tag
+	})
+	s := &Snapshot{Seq: r.last, Latest: latest}
+	r.snap.Store(s)
+	r.dirty.Store(false)
+	return s
+}

@@ -1,0 +1,10 @@
+// Package stats owns the per-device health record: counters and the RTT
+// histogram that edge writes on every poll and that web, bench and main read.
+//
+// It never does I/O and imports no project package, so edge, web and push
+// can all share it without importing each other.
+//
+// Concurrency: every method of Device is safe for concurrent use; writers
+// use atomics only (no lock on the poll path); Snapshot is a consistent-enough
+// copy for display (each counter is read atomically, not all at once).
+package stats

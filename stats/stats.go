@@ -1,0 +1,174 @@
+package stats
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// RTT histogram buckets: upper bounds in microseconds, roughly 4 per decade
+// from 50 µs to 10 s, plus +Inf. Fixed so Prometheus series stay stable.
+var BucketBounds = []float64{
+	50, 100, 200, 300, 500, 750,
+	1000, 2000, 3000, 5000, 7500,
+	10000, 20000, 30000, 50000, 75000,
+	100000, 200000, 300000, 500000, 750000,
+	1000000, 2000000, 5000000, 10000000,
+}
+
+// Histogram counts durations into BucketBounds. Safe for concurrent use.
+type Histogram struct {
+	counts [26]atomic.Uint64 // len(BucketBounds)+1, last is +Inf
+	sumUS  atomic.Uint64
+	n      atomic.Uint64
+}
+
+// Observe records one duration.
+func (h *Histogram) Observe(d time.Duration) {
+	us := float64(d.Microseconds())
+	i := 0
+	for i < len(BucketBounds) && us > BucketBounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sumUS.Add(uint64(max(d.Microseconds(), 0)))
+	h.n.Add(1)
+}
+
+// HistogramSnapshot is a copy of a Histogram. Counts are per bucket, not cumulative.
+type HistogramSnapshot struct {
+	Counts [26]uint64
+	SumUS  uint64
+	N      uint64
+}
+
+// Snapshot copies the histogram.
+func (h *Histogram) Snapshot() HistogramSnapshot {
+	var s HistogramSnapshot
+	for i := range h.counts {
+		s.Counts[i] = h.counts[i].Load()
+	}
+	s.SumUS = h.sumUS.Load()
+	s.N = h.n.Load()
+	return s
+}
+
+// Quantile estimates the q-quantile (0..1) by linear interpolation inside the
+// bucket, in microseconds. 0 when empty.
+func (s HistogramSnapshot) Quantile(q float64) float64 {
+	var total uint64
+	for _, c := range s.Counts {
+		total += c
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := q * float64(total)
+	var cum float64
+	for i, c := range s.Counts {
+		if c == 0 {
+			continue
+		}
+		if cum+float64(c) >= rank {
+			lo := 0.0
+			if i > 0 {
+				lo = BucketBounds[i-1]
+			}
+			hi := lo * 2
+			if i < len(BucketBounds) {
+				hi = BucketBounds[i]
+			}
+			return lo + (hi-lo)*(rank-cum)/float64(c)
+		}
+		cum += float64(c)
+	}
+	return BucketBounds[len(BucketBounds)-1]
+}
+
+// Device is the live health record of one device. The zero value is ready.
+type Device struct {
+	Requests   atomic.Uint64 // requests sent (retries included)
+	Responses  atomic.Uint64 // valid responses matched to their request
+	Timeouts   atomic.Uint64 // requests that got no answer in time
+	Exceptions atomic.Uint64 // Modbus exception replies
+	Errors     atomic.Uint64 // other failures: transport, malformed, wrong length
+	Reconnects atomic.Uint64 // TCP dials after the first, serial reopens
+	Late       atomic.Uint64 // responses that came after their request gave up (UDP)
+	Duplicates atomic.Uint64 // second response to one request (UDP)
+	Dropped    atomic.Uint64 // datagrams/frames dropped: unknown source, malformed, wrong unit
+
+	Polls      atomic.Uint64 // scheduled polls that were started
+	GoodPolls  atomic.Uint64 // polls that produced good samples within their interval
+	Overruns   atomic.Uint64 // ticks skipped because the previous poll was still running
+	Demotions  atomic.Uint64 // times the device was demoted
+	Demoted    atomic.Bool   // currently polled at a reduced rate
+	LastGoodUS atomic.Int64  // Unix µs of the last good poll, 0 if never
+
+	RTT   Histogram // one request's round trip (good responses only)
+	Cycle Histogram // one whole poll (all reads of the device, retries included)
+}
+
+// Snapshot is a plain copy of a Device for display and export.
+type Snapshot struct {
+	Requests, Responses, Timeouts, Exceptions, Errors, Reconnects uint64
+	Late, Duplicates, Dropped                                     uint64
+	Polls, GoodPolls, Overruns, Demotions                         uint64
+	Demoted                                                       bool
+	LastGoodUS                                                    int64
+	RTT, Cycle                                                    HistogramSnapshot
+}
+
+// Snapshot copies the record.
+func (d *Device) Snapshot() Snapshot {
+	return Snapshot{
+		Requests: d.Requests.Load(), Responses: d.Responses.Load(), Timeouts: d.Timeouts.Load(),
+		Exceptions: d.Exceptions.Load(), Errors: d.Errors.Load(), Reconnects: d.Reconnects.Load(),
+		Late: d.Late.Load(), Duplicates: d.Duplicates.Load(), Dropped: d.Dropped.Load(),
+		Polls: d.Polls.Load(), GoodPolls: d.GoodPolls.Load(), Overruns: d.Overruns.Load(),
+		Demotions: d.Demotions.Load(), Demoted: d.Demoted.Load(), LastGoodUS: d.LastGoodUS.Load(),
+		RTT: d.RTT.Snapshot(), Cycle: d.Cycle.Snapshot(),
+	}
+}
+
+// LossRate is the share of requests that got no valid response (0..1).
+func (s Snapshot) LossRate() float64 {
+	if s.Requests == 0 {
+		return 0
+	}
+	lost := float64(s.Requests) - float64(s.Responses) - float64(s.Exceptions)
+	return math.Max(0, lost/float64(s.Requests))
+}
+
+// ValidRate is the share of scheduled polls (started or skipped as overruns)
+// that produced a good sample within their interval (0..1): the study's
+// "valid sample rate".
+func (s Snapshot) ValidRate() float64 {
+	sched := s.Polls + s.Overruns
+	if sched == 0 {
+		return 0
+	}
+	return float64(s.GoodPolls) / float64(sched)
+}
+
+// Info names a device for display. Filled once by edge from the config.
+type Info struct {
+	Name      string `json:"name"`
+	Transport string `json:"transport"` // tcp | udp | rtu | rtuovertcp
+	Address   string `json:"address"`
+	Unit      uint8  `json:"unit"`
+	Interval  time.Duration
+	Tags      []TagInfo
+}
+
+// TagInfo describes one tag for display (the page's table, /api/devices).
+type TagInfo struct {
+	Name     string `json:"name"`
+	Unit     string `json:"unit,omitempty"`
+	Writable bool   `json:"writable,omitempty"`
+}
+
+// Entry is one device's identity and live record, as edge publishes them.
+type Entry struct {
+	Info  Info
+	Stats *Device
+}

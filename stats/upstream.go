@@ -1,0 +1,44 @@
+package stats
+
+import "sync/atomic"
+
+// Upstream paths, as shown on the page and in /metrics.
+const (
+	PathOff          = "off"          // no upstream configured
+	PathWebSocket    = "websocket"    // batches go over the WebSocket uplink
+	PathMQTT         = "mqtt"         // WebSocket down longer than fallback_after; batches go to MQTT
+	PathBuffering    = "buffering"    // no path up: samples wait in the durable queue
+	PathUnauthorized = "unauthorized" // the receiver refused our token (401/403); not retrying
+)
+
+// Upstream is the live state of the upstream pusher. push writes it; web reads it.
+type Upstream struct {
+	Path          atomic.Value  // string, one of the Path constants
+	QueueSamples  atomic.Int64  // samples waiting for an acknowledgement
+	QueueBytes    atomic.Int64  // bytes they take in the queue
+	OldestUnackUS atomic.Int64  // Unix µs of the oldest unacknowledged sample's ts, 0 if none
+	Dropped       atomic.Uint64 // samples dropped because the queue hit its bound
+	Reconnects    atomic.Uint64 // WebSocket and MQTT reconnects
+	SentWS        atomic.Uint64 // samples acknowledged over WebSocket
+	SentMQTT      atomic.Uint64 // samples acknowledged over MQTT (PUBACK)
+}
+
+// UpstreamSnapshot is a plain copy of Upstream.
+type UpstreamSnapshot struct {
+	Path                                    string
+	QueueSamples, QueueBytes, OldestUnackUS int64
+	Dropped, Reconnects, SentWS, SentMQTT   uint64
+}
+
+// Snapshot copies the record.
+func (u *Upstream) Snapshot() UpstreamSnapshot {
+	p, _ := u.Path.Load().(string)
+	if p == "" {
+		p = PathOff
+	}
+	return UpstreamSnapshot{
+		Path: p, QueueSamples: u.QueueSamples.Load(), QueueBytes: u.QueueBytes.Load(),
+		OldestUnackUS: u.OldestUnackUS.Load(), Dropped: u.Dropped.Load(), Reconnects: u.Reconnects.Load(),
+		SentWS: u.SentWS.Load(), SentMQTT: u.SentMQTT.Load(),
+	}
+}
