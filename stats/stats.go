@@ -97,9 +97,10 @@ type Device struct {
 	Duplicates atomic.Uint64 // second response to one request (UDP)
 	Dropped    atomic.Uint64 // datagrams/frames dropped: unknown source, malformed, wrong unit
 
-	Polls      atomic.Uint64 // scheduled polls that were started
+	Polls      atomic.Uint64 // scheduled polls that were started (one per window polled)
 	GoodPolls  atomic.Uint64 // polls that produced good samples within their interval
-	Overruns   atomic.Uint64 // ticks skipped because the previous poll was still running
+	Overruns   atomic.Uint64 // windows skipped because the previous poll was still running
+	Skipped    atomic.Uint64 // windows not polled because the device is demoted
 	Demotions  atomic.Uint64 // times the device was demoted
 	Demoted    atomic.Bool   // currently polled at a reduced rate
 	LastGoodUS atomic.Int64  // Unix µs of the last good poll, 0 if never
@@ -112,7 +113,7 @@ type Device struct {
 type Snapshot struct {
 	Requests, Responses, Timeouts, Exceptions, Errors, Reconnects uint64
 	Late, Duplicates, Dropped                                     uint64
-	Polls, GoodPolls, Overruns, Demotions                         uint64
+	Polls, GoodPolls, Overruns, Skipped, Demotions                uint64
 	Demoted                                                       bool
 	LastGoodUS                                                    int64
 	RTT, Cycle                                                    HistogramSnapshot
@@ -124,7 +125,7 @@ func (d *Device) Snapshot() Snapshot {
 		Requests: d.Requests.Load(), Responses: d.Responses.Load(), Timeouts: d.Timeouts.Load(),
 		Exceptions: d.Exceptions.Load(), Errors: d.Errors.Load(), Reconnects: d.Reconnects.Load(),
 		Late: d.Late.Load(), Duplicates: d.Duplicates.Load(), Dropped: d.Dropped.Load(),
-		Polls: d.Polls.Load(), GoodPolls: d.GoodPolls.Load(), Overruns: d.Overruns.Load(),
+		Polls: d.Polls.Load(), GoodPolls: d.GoodPolls.Load(), Overruns: d.Overruns.Load(), Skipped: d.Skipped.Load(),
 		Demotions: d.Demotions.Load(), Demoted: d.Demoted.Load(), LastGoodUS: d.LastGoodUS.Load(),
 		RTT: d.RTT.Snapshot(), Cycle: d.Cycle.Snapshot(),
 	}
@@ -139,11 +140,11 @@ func (s Snapshot) LossRate() float64 {
 	return math.Max(0, lost/float64(s.Requests))
 }
 
-// ValidRate is the share of scheduled polls (started or skipped as overruns)
-// that produced a good sample within their interval (0..1): the study's
-// "valid sample rate".
+// ValidRate is the share of scheduled polls (started, skipped as overruns or
+// skipped while demoted) that produced a good sample within their interval
+// (0..1): the study's "valid sample rate".
 func (s Snapshot) ValidRate() float64 {
-	sched := s.Polls + s.Overruns
+	sched := s.Polls + s.Overruns + s.Skipped
 	if sched == 0 {
 		return 0
 	}

@@ -1,0 +1,303 @@
+package ringstore
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func memRing(t testing.TB, size int) *Ring {
+	t.Helper()
+	seq, err := OpenSequence(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewRing(size, seq)
+}
+
+func batch(dev string, tags ...string) []Sample {
+	b := make([]Sample, len(tags))
+	for i, tg := range tags {
+		b[i] = Sample{Device: dev, Tag: tg, Value: float64(i), TS: 1}
+	}
+	return b
+}
+
+func TestRingSinceInOrderNoGaps(t *testing.T) {
+	r := memRing(t, 10)
+	if r.Seq() != 0 {
+		t.Fatalf("fresh ring seq %d", r.Seq())
+	}
+	first, last, err := r.Append(batch("d1", "a", "b", "c"))
+	if err != nil || first != 1 || last != 3 {
+		t.Fatalf("append: %d..%d %v", first, last, err)
+	}
+	r.Append(batch("d2", "a", "b"))
+	res := r.Since(0, nil)
+	if res.Reset || res.Seq != 5 || len(res.Samples) != 5 {
+		t.Fatalf("since 0: %+v", res)
+	}
+	for i, s := range res.Samples {
+		if s.Seq != uint64(i+1) {
+			t.Fatalf("sample %d has seq %d", i, s.Seq)
+		}
+	}
+	res = r.Since(3, nil)
+	if len(res.Samples) != 2 || res.Samples[0].Seq != 4 || res.Samples[0].Device != "d2" {
+		t.Fatalf("since 3: %+v", res.Samples)
+	}
+	res = r.Since(5, nil)
+	if len(res.Samples) != 0 || res.Reset || res.Wait == nil {
+		t.Fatalf("since last: %+v", res)
+	}
+}
+
+func TestRingOverflowResets(t *testing.T) {
+	r := memRing(t, 4)
+	for i := 0; i < 5; i++ {
+		r.Append(batch("d", "a", "b")) // seqs 1..10, ring holds 7..10
+	}
+	if res := r.Since(5, nil); !res.Reset {
+		t.Fatalf("since 5 after overflow: want reset, got %d samples", len(res.Samples))
+	}
+	res := r.Since(6, nil) // exactly the oldest kept is 7: no gap
+	if res.Reset || len(res.Samples) != 4 || res.Samples[0].Seq != 7 || res.Samples[3].Seq != 10 {
+		t.Fatalf("since 6: %+v", res)
+	}
+	if res := r.Since(11, nil); !res.Reset {
+		t.Fatal("since a seq ahead of the ring: want reset")
+	}
+}
+
+func TestRingSnapshotLatestPerTag(t *testing.T) {
+	r := memRing(t, 4)
+	r.Append([]Sample{{Device: "b", Tag: "x", Value: 1}, {Device: "a", Tag: "y", Value: 2}})
+	s1 := r.Snapshot()
+	r.Append([]Sample{{Device: "b", Tag: "x", Value: 3}})
+	s2 := r.Snapshot()
+	if s1 == s2 || len(s1.Latest) != 2 || s1.Latest[1].Value != 1 {
+		t.Fatalf("first snapshot changed or wrong: %+v", s1)
+	}
+	if s2.Seq != 3 || len(s2.Latest) != 2 || s2.Latest[0].Device != "a" || s2.Latest[1].Value != 3 || s2.Latest[1].Seq != 3 {
+		t.Fatalf("second snapshot: %+v", s2)
+	}
+	if r.Snapshot() != s2 {
+		t.Fatal("snapshot rebuilt without an append")
+	}
+}
+
+// A waiter that found nothing new and then waits must be woken by the very
+// next append, however the two interleave: the channel comes from the same
+// locked section as the check.
+func TestRingNoLostWakeup(t *testing.T) {
+	const rounds = 2000
+	r := memRing(t, rounds) // the reader never falls out: this test is about wake-ups
+	var wg sync.WaitGroup
+	wg.Add(1)
+	errc := make(chan error, 1)
+	go func() {
+		defer wg.Done()
+		var last uint64
+		for last < rounds {
+			res := r.Since(last, nil)
+			if res.Reset {
+				errc <- fmt.Errorf("reset at %d", last)
+				return
+			}
+			if len(res.Samples) == 0 {
+				select {
+				case <-res.Wait:
+				case <-time.After(5 * time.Second):
+					errc <- fmt.Errorf("lost wake-up after seq %d (ring at %d)", last, r.Seq())
+					return
+				}
+				continue
+			}
+			for _, s := range res.Samples {
+				if s.Seq != last+1 {
+					errc <- fmt.Errorf("gap: %d after %d", s.Seq, last)
+					return
+				}
+				last = s.Seq
+			}
+		}
+		errc <- nil
+	}()
+	for i := 0; i < rounds; i++ {
+		r.Append(batch("d", "a"))
+	}
+	wg.Wait()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRingOnAppendSeesBatchesInOrder(t *testing.T) {
+	r := memRing(t, 8)
+	var got []uint64
+	r.OnAppend(func(b []Sample) {
+		for _, s := range b {
+			got = append(got, s.Seq)
+		}
+	})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				r.Append(batch("d", "a", "b"))
+			}
+		}()
+	}
+	wg.Wait()
+	if len(got) != 800 {
+		t.Fatalf("hook saw %d samples", len(got))
+	}
+	for i, s := range got {
+		if s != uint64(i+1) {
+			t.Fatalf("hook saw seq %d at %d", s, i)
+		}
+	}
+}
+
+func TestSequenceSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s1, err := OpenSequence(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := s1.Reserve(10)
+	if first != 1 {
+		t.Fatalf("first = %d", first)
+	}
+	s2, err := OpenSequence(dir) // as after a crash: no close
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _ := s2.Reserve(1)
+	if next <= 10 {
+		t.Fatalf("after restart got %d, not above 10", next)
+	}
+	if err := os.WriteFile(filepath.Join(dir, hwmFile), []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenSequence(dir); err == nil || !strings.Contains(err.Error(), "corrupt high-water mark") {
+		t.Fatalf("corrupt mark: %v", err)
+	}
+}
+
+func TestSequenceMemoryOnlyStartsAtClock(t *testing.T) {
+	before := uint64(time.Now().UnixMicro())
+	s, _ := OpenSequence("")
+	n, _ := s.Reserve(1)
+	if n <= before {
+		t.Fatalf("memory-only seq %d not above the clock %d", n, before)
+	}
+}
+
+// The child process appends as fast as it can and prints each last seq; the
+// parent SIGKILLs it mid-stream three times. Every run's numbers must be
+// above everything any earlier run printed.
+func TestSequenceStrictlyIncreasingAcrossSIGKILL(t *testing.T) {
+	if os.Getenv("EDGEGW_SEQ_CHILD") != "" {
+		seq, err := OpenSequence(os.Getenv("EDGEGW_SEQ_CHILD"))
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		r := NewRing(16, seq)
+		for i := 0; ; i++ {
+			_, last, err := r.Append(batch("d", "a", "b"))
+			if err != nil {
+				fmt.Println("error", err)
+				os.Exit(1)
+			}
+			if i%100 == 0 {
+				fmt.Println(last)
+			}
+		}
+	}
+	dir := t.TempDir()
+	var high uint64
+	for run := 0; run < 3; run++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSequenceStrictlyIncreasingAcrossSIGKILL$")
+		cmd.Env = append(os.Environ(), "EDGEGW_SEQ_CHILD="+dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64<<10)
+		var text string
+		for lines := 0; lines < 20; {
+			n, err := out.Read(buf)
+			if err != nil {
+				t.Fatalf("child: %v", err)
+			}
+			text += string(buf[:n])
+			lines = strings.Count(text, "\n")
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		first := true
+		for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+			v, err := strconv.ParseUint(strings.TrimSpace(line), 10, 64)
+			if err != nil {
+				continue // a line cut by the kill
+			}
+			if v <= high {
+				t.Fatalf("run %d: seq %d not above %d seen before", run, v, high)
+			}
+			if first && run > 0 && v <= high {
+				t.Fatalf("run %d restarted at %d", run, v)
+			}
+			first = false
+			high = v
+		}
+	}
+}
+
+func BenchmarkRingAppend(b *testing.B) {
+	r := memRing(b, DefaultRingSize)
+	bt := batch("logger-01", "temperature", "humidity")
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		r.Append(bt)
+	}
+}
+
+func BenchmarkRingSince(b *testing.B) {
+	r := memRing(b, DefaultRingSize)
+	for i := 0; i < 200; i++ {
+		r.Append(batch("logger-01", "temperature", "humidity"))
+	}
+	dst := make([]Sample, 0, DefaultRingSize)
+	after := r.Seq() - 96 // one 48-logger cycle behind
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res := r.Since(after, dst[:0])
+		if len(res.Samples) != 96 {
+			b.Fatal(len(res.Samples))
+		}
+	}
+}
+
+func BenchmarkSampleAppendJSON(b *testing.B) {
+	s := Sample{Seq: 123456, Device: "logger-01", Tag: "temperature", Value: 21.5, TS: 1764450000123456}
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		buf = s.AppendJSON(buf[:0])
+	}
+}
