@@ -1,0 +1,229 @@
+package modbus
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	gb "github.com/goburrow/modbus"
+)
+
+// Protocol limits (Modbus Application Protocol V1.1b3, 6.1–6.12).
+const (
+	maxReadBits      = 2000
+	maxReadRegisters = 125
+	maxWriteRegs     = 123
+)
+
+// Counters are cumulative per connection. Read them from any goroutine.
+type Counters struct {
+	// Reconnects counts successful dials after the first one (TCP, RTU over
+	// TCP) and reopenings of a serial port.
+	Reconnects uint64
+	// Late counts replies that came after their request had given up: UDP
+	// datagrams for a recently expired transaction id, and RTU drains that
+	// found bytes on the line before a request (one per drain).
+	Late uint64
+	// Duplicates counts second replies for a transaction id already
+	// answered (UDP).
+	Duplicates uint64
+	// Dropped counts replies thrown away: malformed, for another unit, bad
+	// CRC, wrong function; on the UDP socket also datagrams from an unknown
+	// source (those only in UDPSocket.Counters).
+	Dropped uint64
+}
+
+type counters struct {
+	reconnects, late, duplicates, dropped atomic.Uint64
+}
+
+func (c *counters) snapshot() Counters {
+	return Counters{
+		Reconnects: c.reconnects.Load(),
+		Late:       c.late.Load(),
+		Duplicates: c.duplicates.Load(),
+		Dropped:    c.dropped.Load(),
+	}
+}
+
+// transport is what a device needs from its transporter besides Send.
+type transport interface {
+	gb.Transporter
+	// fail is told about every error of a request that is not an exception,
+	// including those found after Send returned; it must be idempotent
+	// (TCP closes the stream and starts its backoff once).
+	fail(err error)
+}
+
+// device wraps a goburrow client built from one packager (one unit) and our
+// transporter, and adds the checks goburrow lacks. Its methods are promoted
+// into TCPConn, UDPConn and RTUConn.
+type device struct {
+	client gb.Client
+	tr     transport
+	kind   string // tcp, udp, rtu, rtu-tcp
+	addr   string
+	unit   uint8
+	cnt    *counters
+}
+
+func newDevice(p gb.Packager, tr transport, kind, addr string, unit uint8, cnt *counters) device {
+	return device{client: gb.NewClient2(p, tr), tr: tr, kind: kind, addr: addr, unit: unit, cnt: cnt}
+}
+
+// Counters returns the cumulative counters of this connection.
+func (d *device) Counters() Counters { return d.cnt.snapshot() }
+
+// wrap adds who and where: "modbus: tcp 127.0.1.3:502 unit 1: read holding 0+2: …".
+func (d *device) wrap(op string, addr, qty uint16, err error) error {
+	if _, ok := IsException(err); !ok && !errors.Is(err, ErrRequest) {
+		d.tr.fail(err)
+	}
+	return fmt.Errorf("modbus: %s %s unit %d: %s %d+%d: %w", d.kind, d.addr, d.unit, op, addr, qty, err)
+}
+
+func checkRange(addr, qty, max uint16) error {
+	if qty < 1 || qty > max {
+		return fmt.Errorf("%w: quantity %d not in 1..%d", ErrRequest, qty, max)
+	}
+	if int(addr)+int(qty) > 0x10000 {
+		return fmt.Errorf("%w: address %d + quantity %d > 65536", ErrRequest, addr, qty)
+	}
+	return nil
+}
+
+type readFn func(addr, qty uint16) ([]byte, error)
+
+func (d *device) readBits(op string, fn readFn, addr, qty uint16) ([]byte, error) {
+	if err := checkRange(addr, qty, maxReadBits); err != nil {
+		return nil, d.wrap(op, addr, qty, err)
+	}
+	b, err := fn(addr, qty)
+	if err == nil && len(b) != (int(qty)+7)/8 {
+		err = frameErr("%d data bytes for %d bits", len(b), qty)
+	}
+	if err != nil {
+		return nil, d.wrap(op, addr, qty, err)
+	}
+	return b, nil
+}
+
+func (d *device) readRegs(op string, fn readFn, addr, qty uint16) ([]byte, error) {
+	if err := checkRange(addr, qty, maxReadRegisters); err != nil {
+		return nil, d.wrap(op, addr, qty, err)
+	}
+	b, err := fn(addr, qty)
+	if err == nil && len(b) != 2*int(qty) {
+		err = frameErr("%d data bytes for %d registers", len(b), qty)
+	}
+	if err != nil {
+		return nil, d.wrap(op, addr, qty, err)
+	}
+	return b, nil
+}
+
+// ReadCoils reads qty coils (FC1) and returns them packed, LSB first;
+// len == (qty+7)/8 is checked.
+func (d *device) ReadCoils(addr, qty uint16) ([]byte, error) {
+	return d.readBits("read coils", d.client.ReadCoils, addr, qty)
+}
+
+// ReadDiscreteInputs reads qty discrete inputs (FC2), packed like ReadCoils.
+func (d *device) ReadDiscreteInputs(addr, qty uint16) ([]byte, error) {
+	return d.readBits("read discrete", d.client.ReadDiscreteInputs, addr, qty)
+}
+
+// ReadHoldingRegisters reads qty holding registers (FC3), big-endian, 2*qty
+// bytes (checked).
+func (d *device) ReadHoldingRegisters(addr, qty uint16) ([]byte, error) {
+	return d.readRegs("read holding", d.client.ReadHoldingRegisters, addr, qty)
+}
+
+// ReadInputRegisters reads qty input registers (FC4), like ReadHoldingRegisters.
+func (d *device) ReadInputRegisters(addr, qty uint16) ([]byte, error) {
+	return d.readRegs("read input", d.client.ReadInputRegisters, addr, qty)
+}
+
+// WriteSingleCoil writes one coil (FC5); the echo is checked.
+func (d *device) WriteSingleCoil(addr uint16, on bool) error {
+	var v uint16
+	if on {
+		v = 0xFF00
+	}
+	if _, err := d.client.WriteSingleCoil(addr, v); err != nil {
+		return d.wrap("write coil", addr, 1, err)
+	}
+	return nil
+}
+
+// WriteSingleRegister writes one holding register (FC6); the echo is checked.
+func (d *device) WriteSingleRegister(addr, value uint16) error {
+	if _, err := d.client.WriteSingleRegister(addr, value); err != nil {
+		return d.wrap("write register", addr, 1, err)
+	}
+	return nil
+}
+
+// WriteMultipleRegisters writes len(values)/2 registers (FC16); values are
+// big-endian register contents; the echo of address and quantity is checked.
+func (d *device) WriteMultipleRegisters(addr uint16, values []byte) error {
+	qty := uint16(len(values) / 2)
+	if len(values)%2 != 0 || len(values) > 2*maxWriteRegs {
+		return d.wrap("write registers", addr, qty, fmt.Errorf("%w: %d value bytes (even, at most %d)", ErrRequest, len(values), 2*maxWriteRegs))
+	}
+	if err := checkRange(addr, qty, maxWriteRegs); err != nil {
+		return d.wrap("write registers", addr, qty, err)
+	}
+	if _, err := d.client.WriteMultipleRegisters(addr, qty, values); err != nil {
+		return d.wrap("write registers", addr, qty, err)
+	}
+	return nil
+}
+
+// checkPDU checks a reply PDU (function code + data) against the request PDU
+// so that every shape error is a typed *FrameError before goburrow looks at
+// it (goburrow's own checks return untyped errors or, for a foreign function
+// code, a bogus exception).
+//
+//	exception     : fc|0x80, exception code                     (2 bytes)
+//	FC1/FC2 reply : fc, byte count n == (qty+7)/8, n bytes
+//	FC3/FC4 reply : fc, byte count n == 2*qty, n bytes
+//	FC5/FC6 reply : fc, echo of address and value               (5 bytes)
+//	FC15/16 reply : fc, echo of address and quantity            (5 bytes)
+func checkPDU(req, resp []byte) error {
+	if len(resp) < 2 {
+		return frameErr("reply pdu of %d bytes", len(resp))
+	}
+	fc := req[0]
+	switch resp[0] {
+	case fc | 0x80:
+		if len(resp) != 2 {
+			return frameErr("exception reply of %d bytes", len(resp))
+		}
+		return nil
+	case fc:
+	default:
+		return frameErr("function %#02x in reply to %#02x", resp[0], fc)
+	}
+	var qty int
+	if len(req) >= 5 {
+		qty = int(binary.BigEndian.Uint16(req[3:5]))
+	}
+	switch fc {
+	case gb.FuncCodeReadCoils, gb.FuncCodeReadDiscreteInputs, gb.FuncCodeReadHoldingRegisters, gb.FuncCodeReadInputRegisters:
+		want := 2 * qty
+		if fc <= gb.FuncCodeReadDiscreteInputs {
+			want = (qty + 7) / 8
+		}
+		if n := int(resp[1]); n != len(resp)-2 || n != want {
+			return frameErr("byte count %d, %d data bytes, want %d for quantity %d", n, len(resp)-2, want, qty)
+		}
+	case gb.FuncCodeWriteSingleCoil, gb.FuncCodeWriteSingleRegister, gb.FuncCodeWriteMultipleCoils, gb.FuncCodeWriteMultipleRegisters:
+		if len(resp) != 5 || len(req) < 5 || !bytes.Equal(resp[1:5], req[1:5]) {
+			return frameErr("echo % x does not match request % x", resp[1:], req[1:min(len(req), 5)])
+		}
+	}
+	return nil
+}

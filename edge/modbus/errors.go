@@ -1,0 +1,67 @@
+package modbus
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	gb "github.com/goburrow/modbus"
+)
+
+// ErrTimeout is wrapped by every error that means "no reply in time": net
+// timeouts and the UDP and RTU reply timeouts. Test with errors.Is.
+var ErrTimeout = errors.New("timeout")
+
+// ErrBackoff is wrapped by the quick error a TCP connection returns while it
+// waits out its reconnect backoff: the device was not contacted.
+var ErrBackoff = errors.New("reconnect backoff")
+
+// ErrRequest is wrapped when a request is refused before sending (quantity
+// or value out of the protocol's range).
+var ErrRequest = errors.New("invalid request")
+
+// FrameError is a reply that could not be accepted: malformed, length wrong
+// for the quantity asked, transaction id / unit / function mismatch, echo
+// mismatch or bad CRC. The stream it came from is not trusted afterwards.
+type FrameError struct {
+	Reason string
+}
+
+func (e *FrameError) Error() string { return "modbus: bad frame: " + e.Reason }
+
+func frameErr(format string, args ...any) error {
+	return &FrameError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// ModbusError is goburrow's exception error, re-exported for errors.As.
+type ModbusError = gb.ModbusError
+
+// IsException reports whether err is (or wraps) a Modbus exception reply and
+// returns its exception code. Exceptions leave the stream clean.
+func IsException(err error) (code byte, ok bool) {
+	var me *gb.ModbusError
+	if errors.As(err, &me) {
+		return me.ExceptionCode, true
+	}
+	return 0, false
+}
+
+// timeoutAfter is the ErrTimeout-wrapping error for a wait of d.
+func timeoutAfter(d time.Duration) error {
+	return fmt.Errorf("%w after %v", ErrTimeout, d)
+}
+
+// classify turns net timeouts into ErrTimeout (keeping the cause) and
+// leaves every other error as it is.
+func classify(err error, d time.Duration) error {
+	if err == nil || errors.Is(err, ErrTimeout) {
+		return err
+	}
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return timeoutAfter(d)
+	}
+	return err
+}

@@ -1,0 +1,242 @@
+package modbus
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"edgegw/internal/testenv"
+)
+
+// rtuResponder answers RTU requests read from a stream (the far end of a
+// pty pair, or a TCP connection). handle returns the frames to write.
+type rtuResponder struct {
+	wg sync.WaitGroup
+}
+
+// readRTURequest frames one request: FC1–6 are 8 bytes, FC16 9+n.
+func readRTURequest(r io.Reader) ([]byte, error) {
+	b := make([]byte, 7, 260)
+	if _, err := io.ReadFull(r, b[:2]); err != nil {
+		return nil, err
+	}
+	need := 8
+	if b[1] == 16 {
+		if _, err := io.ReadFull(r, b[2:7]); err != nil {
+			return nil, err
+		}
+		need = 9 + int(b[6])
+	}
+	b = b[:need]
+	start := 2
+	if b[1] == 16 {
+		start = 7
+	}
+	if _, err := io.ReadFull(r, b[start:]); err != nil {
+		return nil, err
+	}
+	if crc16(b[:need-2]) != uint16(b[need-2])|uint16(b[need-1])<<8 {
+		return nil, errors.New("request crc")
+	}
+	return b, nil
+}
+
+func serveRTU(t testing.TB, rw io.ReadWriter, handle func(req []byte) [][]byte) *rtuResponder {
+	r := &rtuResponder{}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			req, err := readRTURequest(rw)
+			if err != nil {
+				if !errors.Is(err, os.ErrClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.EIO) {
+					t.Errorf("responder: %v", err)
+				}
+				return
+			}
+			for _, f := range handle(req) {
+				if _, err := rw.Write(f); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return r
+}
+
+// rtuBus opens a pty pair: our port on one end, a responder on the other.
+func rtuBus(t *testing.T, handle func(req []byte) [][]byte) *RTUPort {
+	t.Helper()
+	a, b := testenv.PTYPair(t)
+	f, err := os.OpenFile(b, os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := serveRTU(t, f, handle)
+	t.Cleanup(func() { f.Close(); r.wg.Wait() })
+	p, err := OpenRTU(SerialConfig{Path: a, Baud: 19200, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func TestRTUSpec(t *testing.T) {
+	p := rtuBus(t, func(req []byte) [][]byte {
+		return [][]byte{rtuFrame(req[0], specReply(t, req[1:len(req)-2]))}
+	})
+	c := p.Unit(0x11, 0)
+	runSpecCases(t, c)
+	if cn := c.Counters(); cn != (Counters{}) {
+		t.Errorf("counters %+v, want zero (exceptions must be framed as 5 bytes, nothing left over)", cn)
+	}
+}
+
+// TestRTUFaults: two units share the bus; unit 3 is dead. A late reply that
+// is on the line before the next request is drained, never taken as its
+// answer; a bad CRC and a reply from another unit are FrameErrors; the dead
+// unit does not stop the others.
+func TestRTUFaults(t *testing.T) {
+	sl := newSlave()
+	lateOut := make(chan struct{}, 1)
+	var slowOnce atomic.Bool
+	p := rtuBus(t, func(req []byte) [][]byte {
+		unit, pdu := req[0], req[1:len(req)-2]
+		if unit == 3 {
+			return nil // dead unit
+		}
+		out := rtuFrame(unit, sl.pdu(pdu))
+		switch binary.BigEndian.Uint16(pdu[1:]) {
+		case 7: // too late once: after the request timed out
+			if !slowOnce.CompareAndSwap(false, true) {
+				break
+			}
+			time.Sleep(150 * time.Millisecond) // the slow device
+			defer func() { lateOut <- struct{}{} }()
+			return [][]byte{rtuFrame(unit, []byte{3, 2, 0xDE, 0xAD})}
+		case 8: // bad CRC
+			out[len(out)-1] ^= 0xFF
+		case 9: // a reply from another unit
+			out = rtuFrame(unit+10, sl.pdu(pdu))
+		}
+		return [][]byte{out}
+	})
+	u1, u2, dead := p.Unit(1, 100*time.Millisecond), p.Unit(2, 100*time.Millisecond), p.Unit(3, 50*time.Millisecond)
+	want := func(c *RTUConn, a uint16) {
+		t.Helper()
+		b, err := c.ReadHoldingRegisters(a, 1)
+		if err != nil {
+			t.Fatalf("addr %d: %v", a, err)
+		}
+		if v := binary.BigEndian.Uint16(b); v != a*7 {
+			t.Fatalf("addr %d: got %#x, want %#x", a, v, a*7)
+		}
+	}
+	want(u1, 1)
+	if _, err := u1.ReadHoldingRegisters(7, 1); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("slow reply: %v, want timeout", err)
+	}
+	<-lateOut // the late reply is on the line now
+	want(u1, 7)
+	want(u2, 7)
+	var fe *FrameError
+	if _, err := u1.ReadHoldingRegisters(8, 1); !errors.As(err, &fe) {
+		t.Fatalf("bad crc: %v, want *FrameError", err)
+	}
+	want(u2, 2)
+	if _, err := u2.ReadHoldingRegisters(9, 1); !errors.As(err, &fe) {
+		t.Fatalf("other unit: %v, want *FrameError", err)
+	}
+	for i := range 3 {
+		if _, err := dead.ReadHoldingRegisters(1, 1); !errors.Is(err, ErrTimeout) {
+			t.Fatalf("dead unit: %v", err)
+		}
+		want(u1, uint16(20+i))
+		want(u2, uint16(30+i))
+	}
+	if err := u2.WriteSingleRegister(40, 0xBEEF); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := u1.ReadHoldingRegisters(40, 1); err != nil || binary.BigEndian.Uint16(b) != 0xBEEF {
+		t.Fatalf("read back: %x %v", b, err)
+	}
+	if c := u1.Counters(); c.Late != 1 || c.Dropped != 1 {
+		t.Errorf("unit 1 counters %+v, want 1 late, 1 dropped", c)
+	}
+	if c := u2.Counters(); c.Dropped != 1 {
+		t.Errorf("unit 2 counters %+v, want 1 dropped", c)
+	}
+}
+
+// TestRTUOverTCP: RTU frames over a TCP stream, with the TCP rules (a bad
+// CRC drops the stream; the next poll reconnects).
+func TestRTUOverTCP(t *testing.T) {
+	sl := newSlave()
+	srv := startTCPServer(t, func(c net.Conn) {
+		r := serveRTU(t, c, func(req []byte) [][]byte {
+			out := rtuFrame(req[0], sl.pdu(req[1:len(req)-2]))
+			if binary.BigEndian.Uint16(req[2:]) == 8 {
+				out[len(out)-3] ^= 1
+			}
+			return [][]byte{out}
+		})
+		r.wg.Wait()
+	})
+	p := NewRTUOverTCP(TCPConfig{Address: srv.addr, Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: 2 * time.Millisecond})
+	defer p.Close()
+	c := p.Unit(5, 0)
+	b, err := c.ReadInputRegisters(3, 2)
+	if err != nil || u16s(b)[0] != 3^0x5A5A || u16s(b)[1] != 4^0x5A5A {
+		t.Fatalf("%x %v", b, err)
+	}
+	var fe *FrameError
+	if _, err := c.ReadHoldingRegisters(8, 1); !errors.As(err, &fe) {
+		t.Fatalf("bad crc: %v", err)
+	}
+	if err := pollUntil(t, 2*time.Second, func() error { _, err := c.ReadCoils(0, 10); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if cn := c.Counters(); cn.Reconnects != 1 || cn.Dropped != 1 {
+		t.Errorf("counters %+v", cn)
+	}
+}
+
+// TestRTUHighFD: goburrow/serial's select(2) cannot watch fd >= 1024;
+// OpenRTU refuses such a descriptor with a clear error.
+func TestRTUHighFD(t *testing.T) {
+	a, _ := testenv.PTYPair(t)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < 1100 {
+		t.Skipf("RLIMIT_NOFILE %d too low", lim.Cur)
+	}
+	var held []int
+	defer func() {
+		for _, fd := range held {
+			syscall.Close(fd)
+		}
+	}()
+	for len(held) < 1100 {
+		fd, err := syscall.Dup(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, fd)
+		if fd >= 1030 {
+			break
+		}
+	}
+	// free one low slot? no: all below 1024 are taken, the port gets >= 1024
+	_, err := OpenRTU(SerialConfig{Path: a})
+	if err == nil {
+		t.Fatal("OpenRTU with fd >= 1024 succeeded")
+	}
+	t.Log(err)
+}

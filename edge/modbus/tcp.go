@@ -1,0 +1,158 @@
+package modbus
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	gb "github.com/goburrow/modbus"
+)
+
+// TCPConfig configures one Modbus TCP device (or one RTU-over-TCP gateway).
+// The zero value of every field means its default.
+type TCPConfig struct {
+	Address     string        // host:port
+	Unit        uint8         // unit id (slave id); 0 is sent as is
+	Timeout     time.Duration // one deadline for write+read of a request (1s)
+	DialTimeout time.Duration // (Timeout)
+	BackoffMin  time.Duration // first reconnect delay (100ms), jittered
+	BackoffMax  time.Duration // reconnect delay cap (30s)
+	Logger      *slog.Logger  // nil: discard
+}
+
+func (c *TCPConfig) defaults() {
+	if c.Timeout <= 0 {
+		c.Timeout = time.Second
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = c.Timeout
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = 100 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 30 * time.Second
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMax = c.BackoffMin
+	}
+	c.Logger = discard(c.Logger)
+}
+
+// TCPConn is one Modbus TCP device: goburrow's MBAP packager with our
+// transporter over one net.Conn. It dials on first use, closes the stream on
+// every error that is not an exception and does not redial before a jittered
+// exponential backoff has passed (calls meanwhile fail at once with
+// ErrBackoff). There is no idle timeout. Its methods are called from one
+// goroutine.
+type TCPConn struct {
+	device
+	t *tcpTransport
+}
+
+// NewTCP returns a connection to cfg.Address; it does not dial.
+func NewTCP(cfg TCPConfig) *TCPConn {
+	cfg.defaults()
+	cnt := &counters{}
+	t := &tcpTransport{
+		timeout: cfg.Timeout,
+		rd: redialer{addr: cfg.Address, dialTimeout: cfg.DialTimeout, cnt: cnt,
+			log: cfg.Logger.With("transport", "tcp", "unit", cfg.Unit),
+			bo:  backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}},
+	}
+	p := gb.NewTCPClientHandler("")
+	p.SlaveId = cfg.Unit
+	p.IdleTimeout = 0
+	return &TCPConn{device: newDevice(p, t, "tcp", cfg.Address, cfg.Unit, cnt), t: t}
+}
+
+// Close closes the stream; a later call dials again.
+func (c *TCPConn) Close() error { return c.t.rd.close() }
+
+var _ transport = (*tcpTransport)(nil)
+
+type tcpTransport struct {
+	timeout time.Duration
+	rd      redialer
+}
+
+const (
+	mbapHeader = 7
+	// MBAP length field = unit id + PDU; a PDU is at most 253 bytes.
+	mbapMaxLength = 253 + 1
+)
+
+// Send writes one MBAP request and reads exactly one reply frame:
+//
+//	transaction id : 2 bytes (must echo the request's)
+//	protocol id    : 2 bytes (0)
+//	length         : 2 bytes (unit id + PDU: 2..254)
+//	unit id        : 1 byte  (must echo the request's)
+//	PDU            : length-1 bytes (checked against the request by checkPDU)
+func (t *tcpTransport) Send(req []byte) ([]byte, error) {
+	if _, err := t.rd.get(); err != nil {
+		return nil, err
+	}
+	resp, err := t.exchange(req)
+	if err != nil {
+		t.rd.failed(err)
+		var fe *FrameError
+		if errors.As(err, &fe) {
+			t.rd.cnt.dropped.Add(1)
+		}
+		return nil, err
+	}
+	t.rd.succeeded()
+	return resp, nil
+}
+
+func (t *tcpTransport) exchange(req []byte) ([]byte, error) {
+	conn := t.rd.conn
+	if err := conn.SetDeadline(time.Now().Add(t.timeout)); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write(req); err != nil {
+		return nil, classify(err, t.timeout)
+	}
+	var hdr [mbapHeader]byte
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+		return nil, classify(err, t.timeout)
+	}
+	length := int(binary.BigEndian.Uint16(hdr[4:]))
+	if length < 2 || length > mbapMaxLength {
+		return nil, frameErr("mbap length %d not in 2..%d", length, mbapMaxLength)
+	}
+	resp := make([]byte, mbapHeader-1+length)
+	copy(resp, hdr[:])
+	if _, err := io.ReadFull(conn, resp[mbapHeader:]); err != nil {
+		return nil, classify(err, t.timeout)
+	}
+	if err := checkMBAP(req, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// checkMBAP checks a complete reply ADU against the request ADU.
+func checkMBAP(req, resp []byte) error {
+	if len(resp) < mbapHeader+2 {
+		return frameErr("mbap frame of %d bytes", len(resp))
+	}
+	if tid, want := binary.BigEndian.Uint16(resp), binary.BigEndian.Uint16(req); tid != want {
+		return frameErr("transaction id %d, want %d", tid, want)
+	}
+	if p := binary.BigEndian.Uint16(resp[2:]); p != 0 {
+		return frameErr("protocol id %d", p)
+	}
+	if l := int(binary.BigEndian.Uint16(resp[4:])); l != len(resp)-6 {
+		return frameErr("mbap length %d for %d bytes", l, len(resp)-6)
+	}
+	if resp[6] != req[6] {
+		return frameErr("unit %d in reply, want %d", resp[6], req[6])
+	}
+	return checkPDU(req[mbapHeader:], resp[mbapHeader:])
+}
+
+func (t *tcpTransport) fail(err error) { t.rd.failed(err) }
