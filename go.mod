@@ -18,4 +18,5 @@ require (
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/net v0.44.0 // indirect
 	golang.org/x/sync v0.17.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
 )

@@ -1,10 +1,19 @@
-// Command edgegw is the gateway: see README.md. main.go only wires packages.
+// Command edgegw is the gateway: see README.md. The files of package main
+// only parse flags, map the config onto each package's Config, start the
+// pieces in order and stop them in reverse order.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
+	"syscall"
 )
 
 // Stamped by the Makefile (-X main.version=… etc.).
@@ -14,11 +23,78 @@ var (
 	date    = "unknown"
 )
 
+const usage = `edgegw: a Modbus edge gateway (TCP, UDP, RTU) with local delivery and lossless upstream
+
+usage:
+  edgegw run     -config FILE              the gateway
+  edgegw demo    [-devices 48] [-http 127.0.0.1:8080]
+                                           simulated loggers + gateway + page, all on loopback
+  edgegw check   -config FILE              validate a config, print devices, tags and read plan
+  edgegw sim     -devices N -transport tcp|udp|rtu …   simulated loggers alone
+  edgegw version
+
+Run "edgegw COMMAND -h" for the flags of one command.
+`
+
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "version" {
-		fmt.Printf("edgegw %s (commit %s, built %s, %s %s/%s)\n", version, commit, date, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-		return
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
 	}
-	fmt.Fprintln(os.Stderr, "usage: edgegw run|demo|check|sim|receive|bench|version")
-	os.Exit(2)
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "run":
+		err = cmdRun(args)
+	case "demo":
+		err = cmdDemo(args)
+	case "check":
+		err = cmdCheck(args, os.Stdout)
+	case "sim":
+		err = cmdSim(args)
+	case "version", "-version", "--version":
+		fmt.Printf("edgegw %s (commit %s, built %s, %s %s/%s)\n", version, commit, date, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	case "help", "-h", "-help", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "edgegw: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(2)
+	case errors.Is(err, errInvalidConfig):
+		os.Exit(1) // already printed
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "edgegw %s: %v\n", cmd, err)
+		os.Exit(1)
+	}
+}
+
+var errInvalidConfig = errors.New("invalid config")
+
+// logFlags adds -log-format and -log-level to fs; the returned function
+// builds the logger after parsing.
+func logFlags(fs *flag.FlagSet) func(w io.Writer) (*slog.Logger, error) {
+	format := fs.String("log-format", "text", "log format on stderr: text (journald-friendly) or json")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	return func(w io.Writer) (*slog.Logger, error) {
+		var lv slog.Level
+		if err := lv.UnmarshalText([]byte(*level)); err != nil {
+			return nil, fmt.Errorf("-log-level: %w", err)
+		}
+		opts := &slog.HandlerOptions{Level: lv}
+		switch *format {
+		case "text":
+			return slog.New(slog.NewTextHandler(w, opts)), nil
+		case "json":
+			return slog.New(slog.NewJSONHandler(w, opts)), nil
+		}
+		return nil, fmt.Errorf("-log-format %q is not text or json", *format)
+	}
+}
+
+// signalContext is cancelled by SIGINT or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }

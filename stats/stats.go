@@ -87,7 +87,7 @@ func (s HistogramSnapshot) Quantile(q float64) float64 {
 
 // Device is the live health record of one device. The zero value is ready.
 type Device struct {
-	Requests   atomic.Uint64 // requests sent (retries included)
+	Requests   atomic.Uint64 // requests completed: answered, timed out or failed (retries included)
 	Responses  atomic.Uint64 // valid responses matched to their request
 	Timeouts   atomic.Uint64 // requests that got no answer in time
 	Exceptions atomic.Uint64 // Modbus exception replies
@@ -97,7 +97,7 @@ type Device struct {
 	Duplicates atomic.Uint64 // second response to one request (UDP)
 	Dropped    atomic.Uint64 // datagrams/frames dropped: unknown source, malformed, wrong unit
 
-	Polls      atomic.Uint64 // scheduled polls that were started (one per window polled)
+	Polls      atomic.Uint64 // scheduled polls done (one per window polled), counted at their end
 	GoodPolls  atomic.Uint64 // polls that produced good samples within their interval
 	Overruns   atomic.Uint64 // windows skipped because the previous poll was still running
 	Skipped    atomic.Uint64 // windows not polled because the device is demoted
@@ -148,7 +148,7 @@ func (s Snapshot) ValidRate() float64 {
 	if sched == 0 {
 		return 0
 	}
-	return float64(s.GoodPolls) / float64(sched)
+	return min(1, float64(s.GoodPolls)/float64(sched)) // counters are read one by one
 }
 
 // Info names a device for display. Filled once by edge from the config.

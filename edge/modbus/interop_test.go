@@ -2,93 +2,16 @@ package modbus
 
 import (
 	"encoding/binary"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"edgegw/internal/testenv"
 )
 
-// pymodbusSlave is an independent implementation (pymodbus 3.0): TCP and
-// UDP servers in one process plus an RTU serial server on a pty. Holding
-// register a holds 1000+a, input register a 2000+a, coil a is a%3==0,
-// discrete input a is a%2==1 (addresses 0..99, zero_mode).
-const pymodbusSlave = `
-import asyncio, sys
-from pymodbus.server import StartAsyncTcpServer, StartAsyncUdpServer, StartAsyncSerialServer
-from pymodbus.datastore import ModbusSequentialDataBlock, ModbusSlaveContext, ModbusServerContext
-from pymodbus.transaction import ModbusRtuFramer
-
-def ctx():
-    store = ModbusSlaveContext(
-        di=ModbusSequentialDataBlock(0, [i % 2 == 1 for i in range(100)]),
-        co=ModbusSequentialDataBlock(0, [i % 3 == 0 for i in range(100)]),
-        hr=ModbusSequentialDataBlock(0, [1000 + i for i in range(100)]),
-        ir=ModbusSequentialDataBlock(0, [2000 + i for i in range(100)]),
-        zero_mode=True)
-    return ModbusServerContext(slaves=store, single=True)
-
-async def main():
-    tcp_port, udp_port, tty = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    tcp = await StartAsyncTcpServer(context=ctx(), address=("127.0.0.1", tcp_port), defer_start=True)
-    udp = await StartAsyncUdpServer(context=ctx(), address=("127.0.0.1", udp_port), defer_start=True)
-    ser = await StartAsyncSerialServer(context=ctx(), framer=ModbusRtuFramer, port=tty, baudrate=19200, defer_start=True)
-    await ser.start()
-    t1 = asyncio.create_task(tcp.serve_forever())
-    t2 = asyncio.create_task(udp.serve_forever())
-    while not (tcp.serving.done() and udp.serving.done()):
-        done, _ = await asyncio.wait([t1, t2], timeout=0.05)
-        for t in done:
-            t.result()
-            sys.exit("server ended")
-    print("READY", tcp_port, udp_port, flush=True)
-    await asyncio.gather(t1, t2)
-
-asyncio.run(main())
-`
-
 func TestInteropPymodbus(t *testing.T) {
-	py := testenv.Python(t)
 	ptyA, ptyB := testenv.PTYPair(t)
-	script := filepath.Join(t.TempDir(), "slave.py")
-	if err := os.WriteFile(script, []byte(pymodbusSlave), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var tcpPort, udpPort int
-	for attempt := 0; ; attempt++ {
-		tcpPort, udpPort = testenv.FreePort(t), testenv.FreePort(t)
-		cmd := exec.Command(py, script, strconv.Itoa(tcpPort), strconv.Itoa(udpPort), ptyB)
-		sc := testenv.Start(t, cmd)
-		ready := make(chan bool, 1)
-		go func() {
-			for sc.Scan() {
-				if strings.HasPrefix(sc.Text(), "READY") {
-					ready <- true
-					for sc.Scan() {
-					}
-					return
-				}
-				t.Log("pymodbus: ", sc.Text())
-			}
-			ready <- false
-		}()
-		select {
-		case ok := <-ready:
-			if ok {
-				goto started
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("pymodbus did not start")
-		}
-		if attempt == 4 {
-			t.Fatal("pymodbus could not bind")
-		}
-	}
-started:
+	tcpPort, udpPort := testenv.Pymodbus(t, ptyB) // data pattern: see testenv.Pymodbus
 	check := func(name string, c poller) {
 		t.Helper()
 		b, err := c.ReadHoldingRegisters(10, 3)

@@ -40,6 +40,7 @@ type UDPSocket struct {
 
 	mu      sync.Mutex
 	dests   map[netip.AddrPort]*udpDest
+	byIP    map[netip.Addr]*udpDest // a destination at each address, to blame replies from a wrong port
 	pending map[pendKey]*udpPending
 }
 
@@ -52,9 +53,18 @@ type pendKey struct {
 // the units behind it.
 type udpDest struct {
 	refs   int
+	only   *udpTransport // the one device behind it while refs == 1
 	next   uint16
 	recent [recentN]recentTid
 	ri     int
+}
+
+// stray counts a datagram from this destination that matches no request,
+// on the device too when only one device is behind the address.
+func (d *udpDest) stray() {
+	if d.refs == 1 && d.only != nil {
+		d.only.cnt.dropped.Add(1)
+	}
 }
 
 type recentTid struct {
@@ -87,7 +97,7 @@ func NewUDPSocket(cfg UDPConfig) (*UDPSocket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("modbus: udp listen %q: %w", cfg.Listen, err)
 	}
-	s := &UDPSocket{conn: conn, log: log, dests: map[netip.AddrPort]*udpDest{}, pending: map[pendKey]*udpPending{}}
+	s := &UDPSocket{conn: conn, log: log, dests: map[netip.AddrPort]*udpDest{}, byIP: map[netip.Addr]*udpDest{}, pending: map[pendKey]*udpPending{}}
 	_ = conn.SetReadBuffer(cfg.BufferBytes)
 	_ = conn.SetWriteBuffer(cfg.BufferBytes)
 	s.rcv, s.snd, err = sockBuffers(conn)
@@ -180,6 +190,9 @@ func (s *UDPSocket) dispatch(src netip.AddrPort, b []byte) {
 	d := s.dests[src]
 	if d == nil {
 		s.cnt.dropped.Add(1)
+		if d := s.byIP[src.Addr()]; d != nil {
+			d.stray() // a known device answering from another port
+		}
 		return
 	}
 	if len(b) < mbapHeader+2 || len(b) > mbapHeader-1+mbapMaxLength ||
@@ -200,6 +213,7 @@ func (s *UDPSocket) dispatch(src netip.AddrPort, b []byte) {
 		switch {
 		case r == nil:
 			s.cnt.dropped.Add(1)
+			d.stray()
 		case r.answered:
 			s.cnt.duplicates.Add(1)
 			r.tr.cnt.duplicates.Add(1)
@@ -270,6 +284,9 @@ func (s *UDPSocket) Device(addr string, unit uint8, timeout time.Duration) (*UDP
 		return nil, fmt.Errorf("modbus: udp %s unit %d: %w", addr, unit, err)
 	}
 	dst := unmap(ua.AddrPort())
+	t := &udpTransport{s: s, dst: dst, timeout: timeout, cnt: &counters{}, timer: time.NewTimer(time.Hour)}
+	t.timer.Stop()
+	t.pend = udpPending{tr: t, unit: unit, ch: make(chan []byte, 1)}
 	s.mu.Lock()
 	d := s.dests[dst]
 	if d == nil {
@@ -277,10 +294,15 @@ func (s *UDPSocket) Device(addr string, unit uint8, timeout time.Duration) (*UDP
 		s.dests[dst] = d
 	}
 	d.refs++
+	d.only = nil
+	if d.refs == 1 {
+		d.only = t
+	}
+	if s.byIP[dst.Addr()] == nil {
+		s.byIP[dst.Addr()] = d
+	}
+	t.dest = d
 	s.mu.Unlock()
-	t := &udpTransport{s: s, dst: dst, dest: d, timeout: timeout, cnt: &counters{}, timer: time.NewTimer(time.Hour)}
-	t.timer.Stop()
-	t.pend = udpPending{tr: t, unit: unit, ch: make(chan []byte, 1)}
 	p := gb.NewTCPClientHandler("")
 	p.SlaveId = unit
 	p.IdleTimeout = 0
@@ -299,6 +321,9 @@ func (c *UDPConn) Close() error {
 	t.closed = true
 	if t.dest.refs--; t.dest.refs == 0 {
 		delete(s.dests, t.dst)
+		if s.byIP[t.dst.Addr()] == t.dest {
+			delete(s.byIP, t.dst.Addr())
+		}
 	}
 	return nil
 }

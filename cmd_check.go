@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"log/slog"
+
+	"edgegw/conf"
+	"edgegw/edge"
+)
+
+// cmdCheck validates a config file and prints what the gateway would do
+// with it: the device/tag table and the read requests of every poll.
+func cmdCheck(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	path := fs.String("config", "", "config file to validate (required)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *path == "" {
+		fs.Usage()
+		return errors.New("-config is required")
+	}
+	c, err := conf.Load(*path)
+	if err != nil {
+		printConfErrors(os.Stderr, err)
+		return errInvalidConfig
+	}
+	sched, err := newScheduler(c, nil, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return errInvalidConfig
+	}
+	c.WriteTable(out)
+	fmt.Fprintln(out, "\nread plan (one poll of each device):")
+	plan := sched.Plan()
+	for _, d := range c.Devices {
+		for _, r := range plan[d.Name] {
+			fmt.Fprintf(out, "  %-24s %s\n", d.Name, r)
+		}
+	}
+	fmt.Fprintf(out, "\n%s: ok (%d devices)\n", *path, len(c.Devices))
+	return nil
+}
+
+// printConfErrors prints one problem a line.
+func printConfErrors(w io.Writer, err error) {
+	var es conf.Errors
+	if errors.As(err, &es) {
+		for _, e := range es {
+			fmt.Fprintln(w, e)
+		}
+		fmt.Fprintf(w, "%d problem(s)\n", len(es))
+		return
+	}
+	fmt.Fprintln(w, err)
+}
+
+// newScheduler maps the config onto edge and builds the scheduler (which
+// opens nothing until Run).
+func newScheduler(c *conf.Config, sink edge.Sink, log *slog.Logger) (*edge.Scheduler, error) {
+	ec, err := edgeConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	ec.Sink = sink
+	ec.Logger = log
+	return edge.New(ec)
+}

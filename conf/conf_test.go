@@ -1,0 +1,224 @@
+package conf
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const examplePath = "../build/edgegw.example.toml"
+
+func TestExampleFile(t *testing.T) {
+	cfg, err := Load(examplePath)
+	if err != nil {
+		t.Fatalf("example does not load:\n%v", err)
+	}
+	if len(cfg.Devices) < 49 {
+		t.Fatalf("devices = %d, want >= 49", len(cfg.Devices))
+	}
+	if cfg.File != examplePath || cfg.Gateway.ID != "gw-01" {
+		t.Errorf("file %q id %q", cfg.File, cfg.Gateway.ID)
+	}
+	for i := 0; i < 48; i++ {
+		d := cfg.Devices[i]
+		wantAddr := "192.168.1." + strconv.Itoa(101+i) + ":502"
+		if d.Transport != TransportUDP || d.Address != wantAddr || d.Unit != 1 || d.Profile != "th-logger" ||
+			d.Interval != time.Second || d.Timeout != 200*time.Millisecond || d.Retries != 1 ||
+			d.WriteTransport != TransportTCP || d.MaxGap != 8 || d.MaxRegisters != 125 || len(d.Tags) != 2 {
+			t.Fatalf("device %d: %+v", i, d)
+		}
+		if d.Serial != (Serial{}) {
+			t.Errorf("udp device has serial settings %+v", d.Serial)
+		}
+	}
+	temp := cfg.Devices[47].Tags[0]
+	if temp.Name != "temperature" || temp.Register != RegisterHolding || temp.Address != 0 || temp.Type != "int16" ||
+		temp.Scale != 0.1 || temp.Unit != "°C" || temp.Order != "ABCD" || temp.Bit != -1 || temp.Profile != "th-logger" || temp.Words() != 1 {
+		t.Errorf("temperature = %+v", temp)
+	}
+	hum := cfg.Devices[0].Tags[1]
+	if hum.Name != "humidity" || hum.Address != 1 || hum.Type != "uint16" || hum.Scale != 0.1 || hum.Unit != "%RH" {
+		t.Errorf("humidity = %+v", hum)
+	}
+	plc := cfg.Devices[48]
+	if plc.Name != "boiler-plc" || plc.Transport != TransportTCP || plc.Address != "192.168.1.20:502" ||
+		plc.Timeout != 500*time.Millisecond || plc.WriteTransport != TransportTCP || len(plc.Tags) != 3 {
+		t.Fatalf("plc = %+v", plc)
+	}
+	sp := plc.Tags[0]
+	if sp.Name != "setpoint" || sp.Type != "float32" || sp.Order != "CDAB" || !sp.Writable ||
+		sp.Min == nil || *sp.Min != 5 || sp.Max == nil || *sp.Max != 90 || sp.Words() != 2 || sp.Scale != 1 {
+		t.Errorf("setpoint = %+v", sp)
+	}
+	if b := plc.Tags[2]; b.Type != "bool" || b.Bit != 3 || b.Words() != 1 || b.Address != 20 {
+		t.Errorf("burner_on = %+v", b)
+	}
+	// Lines point at the headers.
+	lines := strings.Split(readFile(t, examplePath), "\n")
+	if l := cfg.Devices[48].Line; l < 1 || strings.TrimSpace(lines[l-1]) != "[[device]]" || !strings.Contains(lines[l], "boiler-plc") {
+		t.Errorf("plc line %d: %q", l, lines[l-1])
+	}
+	if l := sp.Line; l < 1 || !strings.HasPrefix(lines[l-1], "[[device.tags]]") || !strings.Contains(lines[l], "setpoint") {
+		t.Errorf("setpoint line %d", l)
+	}
+	if l := temp.Line; l < 1 || !strings.Contains(lines[l-1], `name = "temperature"`) {
+		t.Errorf("temperature line %d", l)
+	}
+	ws, mq := cfg.Upstream.WebSocket, cfg.Upstream.MQTT
+	if ws.URL != "wss://collector.example/ingest" || ws.FallbackAfter != 10*time.Second || ws.BatchMax != 500 || ws.BatchWait != 200*time.Millisecond {
+		t.Errorf("websocket = %+v", ws)
+	}
+	if mq.Mode != MQTTFallback || mq.QoS != 1 || mq.TopicPrefix != "edgegw/gw-01" || mq.ClientID != "edgegw-gw-01" || !mq.PerTagTopics || mq.WriteCommands {
+		t.Errorf("mqtt = %+v", mq)
+	}
+	if cfg.Buffer != (Buffer{MaxBytes: 64 << 20, Fsync: FsyncBatched, FsyncInterval: time.Second}) {
+		t.Errorf("buffer = %+v", cfg.Buffer)
+	}
+	if cfg.HTTP.Listen != "0.0.0.0:8080" || cfg.HTTP.MaxRequestBytes != 64<<10 || cfg.HTTP.LongPollTimeout != 30*time.Second {
+		t.Errorf("http = %+v", cfg.HTTP)
+	}
+}
+
+// The commented-out RTU example must be valid once uncommented.
+func TestExampleRTUBlock(t *testing.T) {
+	text := readFile(t, examplePath)
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, "# [[device]]") || strings.HasPrefix(l, "# name = \"meter") ||
+			strings.HasPrefix(l, "# transport = \"rtu\"") || strings.HasPrefix(l, "# address = \"/dev") ||
+			strings.HasPrefix(l, "# unit = ") || strings.HasPrefix(l, "# timeout = ") || strings.HasPrefix(l, "# interval = ") ||
+			strings.HasPrefix(l, "# serial = ") || strings.HasPrefix(l, "# tags = ") {
+			l = strings.TrimPrefix(l, "# ")
+		}
+		out = append(out, l)
+	}
+	cfg, err := Parse("rtu.toml", []byte(strings.Join(out, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rtu []Device
+	for _, d := range cfg.Devices {
+		if d.Transport == TransportRTU {
+			rtu = append(rtu, d)
+		}
+	}
+	if len(rtu) != 2 {
+		t.Fatalf("rtu devices = %d", len(rtu))
+	}
+	want := Serial{Baud: 19200, DataBits: 8, Parity: "E", StopBits: 1}
+	for _, d := range rtu {
+		if d.Serial != want || d.Address != "/dev/ttyS1" || d.WriteTransport != TransportRTU || d.Interval != 2*time.Second || d.Timeout != time.Second {
+			t.Errorf("%s: %+v", d.Name, d)
+		}
+	}
+}
+
+// The smallest valid file resolves every default.
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse("min.toml", []byte(`
+[[device]]
+name = "d1"
+transport = "tcp"
+address = "10.0.0.1"
+tags = [ { name = "v", address = 3 } ]
+
+[[device]]
+name = "d2"
+transport = "rtu"
+address = "/dev/ttyUSB0"
+tags = [ { name = "c", register = "coil", address = 0 } ]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := hostID()
+	want := &Config{
+		File:    "min.toml",
+		Gateway: Gateway{ID: host},
+		HTTP: HTTP{Listen: DefaultHTTPListen, LongPollTimeout: 30 * time.Second, MaxClients: 5000, MaxRequestBytes: 64 << 10,
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second},
+		Ring: Ring{Size: 200},
+		Poll: Poll{TCPMode: "parallel", MaxGap: 8, MaxRegisters: 125, MaxBits: 2000, UDPListen: ":0", UDPBufferBytes: 4 << 20},
+		Devices: []Device{
+			{Name: "d1", Transport: "tcp", Address: "10.0.0.1:502", Unit: 1, Interval: time.Second, Timeout: 500 * time.Millisecond,
+				Retries: 1, MaxGap: 8, MaxRegisters: 125, WriteTransport: "tcp", Line: 2,
+				Tags: []Tag{{Name: "v", Register: "holding", Address: 3, Type: "uint16", Order: "ABCD", Bit: -1, Scale: 1, Line: 6}}},
+			{Name: "d2", Transport: "rtu", Address: "/dev/ttyUSB0", Unit: 1, Interval: time.Second, Timeout: time.Second,
+				Retries: 1, MaxGap: 8, MaxRegisters: 125, WriteTransport: "rtu", Line: 8,
+				Serial: Serial{Baud: 9600, DataBits: 8, Parity: "N", StopBits: 1},
+				Tags:   []Tag{{Name: "c", Register: "coil", Address: 0, Type: "bool", Order: "ABCD", Bit: -1, Scale: 1, Line: 12}}},
+		},
+		Upstream: Upstream{
+			WebSocket: WebSocket{FallbackAfter: 10 * time.Second, BatchMax: 500, BatchWait: 200 * time.Millisecond},
+			MQTT:      MQTT{TopicPrefix: "edgegw/" + host, Mode: MQTTOff, QoS: 1, ClientID: "edgegw-" + host, PerTagTopics: true},
+		},
+		Buffer: Buffer{MaxBytes: 64 << 20, Fsync: "batched", FsyncInterval: time.Second},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("got  %+v\nwant %+v", cfg, want)
+	}
+	if cfg.Devices[1].Tags[0].Words() != 0 || cfg.Devices[1].Tags[0].Span() != 1 {
+		t.Errorf("coil words/span")
+	}
+}
+
+// Present keys mean what they say, even when zero or false.
+func TestExplicitZeroes(t *testing.T) {
+	cfg, err := Parse("z.toml", []byte(`
+[upstream.mqtt]
+broker = "tcp://127.0.0.1:1883"
+qos = 0
+per_tag_topics = false
+[poll]
+max_gap = 0
+[[device]]
+name = "d"
+transport = "udp"
+address = "[::1]"
+unit = 0
+retries = 0
+write_transport = "udp"
+[[device.tags]]
+name = "t"
+address = 0
+offset = 0
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.Devices[0]
+	if cfg.Upstream.MQTT.QoS != 0 || cfg.Upstream.MQTT.PerTagTopics || cfg.Upstream.MQTT.Mode != MQTTFallback ||
+		d.Unit != 0 || d.Retries != 0 || d.MaxGap != 0 || d.WriteTransport != "udp" || d.Address != "[::1]:502" {
+		t.Errorf("%+v %+v", cfg.Upstream.MQTT, d)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "nope.toml")
+	_, err := Load(p)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("err = %v, want fs.ErrNotExist", err)
+	}
+	if want := "conf: " + p + ": cannot open: no such file or directory"; err.Error() != want {
+		t.Errorf("got %q want %q", err, want)
+	}
+}
+
+func readFile(t testing.TB, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,226 @@
+package conf
+
+import "time"
+
+// Config is a resolved configuration: defaults applied, profiles merged,
+// validated. Every field is filled; see defaults.go for each default.
+type Config struct {
+	File     string // the name given to Parse (the path given to Load)
+	Gateway  Gateway
+	HTTP     HTTP
+	Ring     Ring
+	Poll     Poll
+	Profiles []Profile // in file order
+	Devices  []Device  // in file order
+	Upstream Upstream
+	Buffer   Buffer
+}
+
+// Gateway identifies this gateway.
+type Gateway struct {
+	ID      string // default: the host name (characters outside [A-Za-z0-9_.-] become "_")
+	DataDir string // "" = memory only: no durable queue, no sequence high-water mark
+}
+
+// HTTP is the local server.
+type HTTP struct {
+	Listen            string        // host:port
+	LongPollTimeout   time.Duration // > 0
+	MaxClients        int           // per delivery method, > 0
+	MaxRequestBytes   int64         // > 0
+	ReadHeaderTimeout time.Duration // > 0
+	WriteTimeout      time.Duration // 0 = derived by web (from LongPollTimeout)
+	IdleTimeout       time.Duration // > 0
+	AllowedOrigins    []string      // empty = same origin only; each "http(s)://host[:port]"
+	WriteTokenFile    string        // "" = writes are off
+	ReadTokenFile     string        // "" = reads need no token
+	TLSCertFile       string        // both or neither
+	TLSKeyFile        string
+}
+
+// Ring is the in-memory ring of recent samples.
+type Ring struct {
+	Size int // samples, 1..MaxRingSize
+}
+
+// Poll holds the acquisition options shared by all devices.
+type Poll struct {
+	TCPMode        string // "parallel" (one connection per device, polled at once) | "serial"
+	MaxGap         int    // registers of gap filled to join two reads, 0..125
+	MaxRegisters   int    // per read, 1..125
+	MaxBits        int    // coils/discrete inputs per read, 1..2000
+	UDPListen      string // local address of the one UDP socket, host:port (":0" = any, ephemeral)
+	UDPBufferBytes int64  // SO_RCVBUF of that socket, > 0
+}
+
+// Profile is a logger model: a named list of tags reused by many devices.
+type Profile struct {
+	Name string
+	Tags []Tag
+	Line int // line of the [[profile]] header
+
+	valid []bool // per tag: read without problems (for the devices' cross-checks)
+}
+
+// Transports.
+const (
+	TransportTCP        = "tcp"
+	TransportUDP        = "udp"
+	TransportRTU        = "rtu"
+	TransportRTUOverTCP = "rtuovertcp"
+)
+
+// Device is one Modbus slave (one unit id at one address).
+type Device struct {
+	Name      string
+	Transport string // tcp | udp | rtu | rtuovertcp
+	// Address is host:port for tcp, udp and rtuovertcp (":502" is added when
+	// the port is missing) and a device path such as /dev/ttyS1 for rtu.
+	Address      string
+	Unit         uint8 // 0..247 (0 is refused on rtu: broadcast gets no reply)
+	Profile      string
+	Interval     time.Duration
+	Timeout      time.Duration // <= Interval
+	Retries      int           // >= 0, only while still inside the interval
+	MaxGap       int
+	MaxRegisters int
+	// WriteTransport is how writes are sent: for udp devices "tcp" (default)
+	// or "udp"; for every other device it equals Transport.
+	WriteTransport string
+	Serial         Serial // rtu only; the zero value for other transports
+	Tags           []Tag  // profile tags first, then the device's own
+	Line           int    // line of the device's [[device]] header
+}
+
+// Serial settings of an rtu device. Devices sharing a path must agree.
+type Serial struct {
+	Baud     int
+	DataBits int    // 5..8
+	Parity   string // "N" | "E" | "O"; never empty (goburrow/serial treats "" as even)
+	StopBits int    // 1 | 2
+	RS485    bool
+	// RS-485 RTS delays, used only when RS485 is set.
+	RS485DelayRTSBeforeSend time.Duration
+	RS485DelayRTSAfterSend  time.Duration
+}
+
+// Register kinds.
+const (
+	RegisterHolding  = "holding"
+	RegisterInput    = "input"
+	RegisterCoil     = "coil"
+	RegisterDiscrete = "discrete"
+)
+
+// Tag is one value read from a device.
+//
+// Order names the byte order of the value as it comes off the wire, with A
+// the most significant byte: ABCD big-endian (Modbus standard), CDAB word
+// swapped, BADC byte swapped within each word, DCBA little-endian. For 64-bit
+// types the same four names apply word-wise: ABCD = words 1,2,3,4 big-endian;
+// CDAB = words in reverse order, bytes big-endian; BADC = words in order,
+// bytes swapped; DCBA = fully little-endian. 16-bit types accept only ABCD
+// and BADC (there is no word to swap); bool accepts only ABCD: Bit counts
+// from the least significant bit of the register value as read.
+type Tag struct {
+	Name     string
+	Register string // holding | input | coil | discrete
+	Address  uint16 // 0-based on the wire
+	Type     string // int16 uint16 int32 uint32 float32 int64 uint64 float64 bool
+	Order    string // ABCD CDAB BADC DCBA
+	Bit      int    // 0..15 for a bool taken from a holding/input register, else -1
+	Scale    float64
+	Offset   float64 // value = raw*Scale + Offset
+	Unit     string
+	Deadband float64 // >= 0; 0 = every change is a change
+	Writable bool    // holding and coil only
+	Min, Max *float64
+	Profile  string // the profile the tag came from, "" for a device's own tag
+	Line     int    // line of the tag entry
+}
+
+// Words is the number of 16-bit registers the tag occupies: 1, 2 or 4, and 1
+// for a bit of a register. It is 0 for coil and discrete tags, which live in
+// the separate bit address space (see Span).
+func (t Tag) Words() int {
+	switch t.Register {
+	case RegisterCoil, RegisterDiscrete:
+		return 0
+	}
+	return typeWords[t.Type]
+}
+
+// Span is the number of addresses the tag occupies in its own address space:
+// Words for holding/input registers, 1 for coil/discrete.
+func (t Tag) Span() int {
+	if t.Register == RegisterCoil || t.Register == RegisterDiscrete {
+		return 1
+	}
+	return typeWords[t.Type]
+}
+
+// typeWords is the register count of each type on a holding/input register.
+var typeWords = map[string]int{
+	"int16": 1, "uint16": 1, "bool": 1,
+	"int32": 2, "uint32": 2, "float32": 2,
+	"int64": 4, "uint64": 4, "float64": 4,
+}
+
+var orders = map[string]bool{"ABCD": true, "CDAB": true, "BADC": true, "DCBA": true}
+
+// Upstream is where samples are pushed.
+type Upstream struct {
+	WebSocket WebSocket
+	MQTT      MQTT
+}
+
+// WebSocket is the primary upstream. URL "" = no WebSocket upstream.
+type WebSocket struct {
+	URL           string // ws:// or wss://
+	TokenFile     string // bearer token
+	CAFile        string
+	CertFile      string // client certificate: both or neither with KeyFile
+	KeyFile       string
+	ServerName    string // TLS server name override
+	FallbackAfter time.Duration
+	BatchMax      int // samples per batch
+	BatchWait     time.Duration
+}
+
+// MQTT modes.
+const (
+	MQTTFallback = "fallback" // batches go to MQTT while WebSocket is down
+	MQTTAlways   = "always"   // batches go to MQTT too
+	MQTTOff      = "off"
+)
+
+// MQTT is the fallback (or parallel) upstream and the per-tag topics.
+type MQTT struct {
+	Broker        string // tcp:// ssl:// tls:// mqtt:// mqtts:// ws:// wss://; "" = none
+	TopicPrefix   string
+	Mode          string // fallback | always | off
+	QoS           int    // 0, 1 or 2
+	ClientID      string
+	UsernameFile  string
+	PasswordFile  string
+	CAFile        string
+	CertFile      string
+	KeyFile       string
+	ServerName    string
+	PerTagTopics  bool // retained <prefix>/<device>/<tag>
+	WriteCommands bool // accept writes on <prefix>/<device>/<tag>/set
+}
+
+// Fsync policies of the durable queue.
+const (
+	FsyncBatched = "batched"
+	FsyncAlways  = "always"
+	FsyncNever   = "never"
+)
+
+// Buffer is the durable store-and-forward queue (used when Gateway.DataDir is set).
+type Buffer struct {
+	MaxBytes      int64  // oldest dropped and counted beyond it
+	Fsync         string // batched | always | never
+	FsyncInterval time.Duration
+}

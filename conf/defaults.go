@@ -1,0 +1,140 @@
+package conf
+
+import "time"
+
+// Defaults: every default of the config file, in one place. A key that is
+// absent from the file takes its default; a key that is present means what
+// it says (so retries = 0, qos = 0 and per_tag_topics = false are honoured,
+// and scale = 0 or interval = "0s" are errors).
+//
+//	key                              default                      valid
+//	[gateway] id                     host name                    [A-Za-z0-9_.-]+
+//	[gateway] data_dir               "" (memory only)             path
+//	[http] listen                    "127.0.0.1:8080"             host:port
+//	[http] long_poll_timeout         "30s"                        > 0
+//	[http] max_clients               5000 (per method)            > 0
+//	[http] max_request_bytes         "64KiB"                      > 0
+//	[http] read_header_timeout       "10s"                        > 0
+//	[http] write_timeout             "0s" (derived by web)        >= 0
+//	[http] idle_timeout              "120s"                       > 0
+//	[http] allowed_origins           [] (same origin only)        "http(s)://host[:port]"
+//	[http] write_token_file          "" (writes off)              path
+//	[http] read_token_file           "" (reads open)              path
+//	[http] tls_cert_file, tls_key_file  "" (plain HTTP)           both or neither
+//	[ring] size                      200                          1..10000000
+//	[poll] tcp_mode                  "parallel"                   parallel | serial
+//	[poll] max_gap                   8 registers                  0..125
+//	[poll] max_registers             125                          1..125
+//	[poll] max_bits                  2000                         1..2000
+//	[poll] udp_listen                ":0" (any address, ephemeral port)  host:port
+//	[poll] udp_buffer_bytes          "4MiB"                       > 0
+//	[[device]] transport             (required)                   tcp | udp | rtu | rtuovertcp
+//	[[device]] address               (required); port 502 added   host[:port]; rtu: /dev/...
+//	[[device]] unit                  1                            0..247 (rtu: 1..247)
+//	[[device]] interval              "1s"                         > 0, >= timeout
+//	[[device]] timeout               udp "200ms", tcp/rtuovertcp "500ms", rtu "1s"   > 0
+//	[[device]] retries               1                            >= 0
+//	[[device]] max_gap               [poll] max_gap               0..125
+//	[[device]] max_registers         [poll] max_registers         1..125
+//	[[device]] write_transport       udp devices: "tcp"           tcp | udp (udp devices only)
+//	[device.serial] baud             9600                         > 0
+//	[device.serial] data_bits        8                            5..8
+//	[device.serial] parity           "N"                          N | E | O
+//	[device.serial] stop_bits        1                            1 | 2
+//	[device.serial] rs485            false
+//	[device.serial] rs485_delay_rts_before_send, rs485_delay_rts_after_send  "0s"  >= 0
+//	tag register                     "holding"                    holding | input | coil | discrete
+//	tag address                      (required)                   0..65535 (+ words - 1)
+//	tag type                         "uint16"; coil/discrete "bool"  int16 uint16 int32 uint32 float32 int64 uint64 float64 bool
+//	tag order                        "ABCD"                       ABCD CDAB BADC DCBA (16-bit: ABCD BADC; bool: ABCD)
+//	tag bit                          none (-1)                    0..15, bool on holding/input only (and required there)
+//	tag scale                        1                            != 0, not on bool
+//	tag offset                       0                            not on bool
+//	tag deadband                     0                            >= 0, not on bool
+//	tag writable                     false                        holding and coil only
+//	tag min, max                     none                         min <= max
+//	[upstream.websocket] url         "" (none)                    ws:// or wss://
+//	[upstream.websocket] fallback_after  "10s"                    > 0
+//	[upstream.websocket] batch_max   500 samples                  > 0
+//	[upstream.websocket] batch_wait  "200ms"                      > 0
+//	[upstream.mqtt] broker           "" (none)                    tcp ssl tls mqtt mqtts ws wss :// host:port
+//	[upstream.mqtt] topic_prefix     "edgegw/<gateway id>"        no + # or trailing /
+//	[upstream.mqtt] mode             "fallback" if broker set, else "off"   fallback | always | off
+//	[upstream.mqtt] qos              1                            0 | 1 | 2
+//	[upstream.mqtt] client_id        "edgegw-<gateway id>"
+//	[upstream.mqtt] per_tag_topics   true
+//	[upstream.mqtt] write_commands   false
+//	[buffer] max_bytes               "64MiB"                      > 0; "512KiB", "64MiB", "1GB" or an integer
+//	[buffer] fsync                   "batched"                    batched | always | never
+//	[buffer] fsync_interval          "1s"                         > 0
+//
+// Sizes take B, KB/MB/GB/TB (powers of 1000) and KiB/MiB/GiB/TiB (powers of
+// 1024), or a plain integer of bytes. Durations are Go durations ("200ms",
+// "1s", "1m30s").
+const (
+	DefaultHTTPListen        = "127.0.0.1:8080"
+	DefaultLongPollTimeout   = 30 * time.Second
+	DefaultMaxClients        = 5000
+	DefaultMaxRequestBytes   = 64 << 10
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultWriteTimeout      = 0 // derived by web
+	DefaultIdleTimeout       = 120 * time.Second
+
+	DefaultRingSize = 200
+	MaxRingSize     = 10_000_000
+
+	DefaultTCPMode        = "parallel"
+	DefaultMaxGap         = 8
+	DefaultMaxRegisters   = 125
+	LimitMaxRegisters     = 125 // Modbus: registers per read
+	DefaultMaxBits        = 2000
+	LimitMaxBits          = 2000 // Modbus: coils per read
+	DefaultUDPListen      = ":0"
+	DefaultUDPBufferBytes = 4 << 20
+
+	DefaultModbusPort     = "502"
+	DefaultUnit           = 1
+	MaxUnit               = 247
+	DefaultInterval       = time.Second
+	DefaultTimeoutUDP     = 200 * time.Millisecond
+	DefaultTimeoutTCP     = 500 * time.Millisecond // tcp and rtuovertcp
+	DefaultTimeoutRTU     = time.Second
+	DefaultRetries        = 1
+	DefaultWriteTransport = TransportTCP // udp devices
+
+	DefaultBaud     = 9600
+	DefaultDataBits = 8
+	DefaultParity   = "N"
+	DefaultStopBits = 1
+
+	DefaultRegister     = RegisterHolding
+	DefaultRegisterType = "uint16" // holding/input
+	DefaultBitType      = "bool"   // coil/discrete
+	DefaultOrder        = "ABCD"
+	DefaultScale        = 1.0
+
+	DefaultFallbackAfter = 10 * time.Second
+	DefaultBatchMax      = 500
+	DefaultBatchWait     = 200 * time.Millisecond
+
+	DefaultTopicPrefixBase = "edgegw/" // + gateway id
+	DefaultClientIDPrefix  = "edgegw-" // + gateway id
+	DefaultQoS             = 1
+	DefaultPerTagTopics    = true
+	DefaultWriteCommands   = false
+
+	DefaultBufferMaxBytes = 64 << 20
+	DefaultFsync          = FsyncBatched
+	DefaultFsyncInterval  = time.Second
+)
+
+// defaultTimeout is the device timeout default for a transport.
+func defaultTimeout(transport string) time.Duration {
+	switch transport {
+	case TransportUDP:
+		return DefaultTimeoutUDP
+	case TransportRTU:
+		return DefaultTimeoutRTU
+	}
+	return DefaultTimeoutTCP
+}

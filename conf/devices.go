@@ -1,0 +1,430 @@
+package conf
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// profiles reads every [[profile]]; errors name the profile.
+func (d *decoder) profiles(ts []*table) []Profile {
+	var out []Profile
+	first := map[string]int{}
+	for _, t := range ts {
+		p := Profile{Line: t.line("")}
+		name, ok := t.str("name")
+		p.Name = name
+		t.at.profile = name
+		switch {
+		case !ok:
+			t.errf("", "profile has no name")
+		case !validName(name):
+			t.errf("name", "profile name %q: %s", name, nameRule)
+		}
+		if l, dup := first[name]; dup && ok {
+			t.errf("name", "duplicate profile name (first at line %d)", l)
+		} else if ok {
+			first[name] = t.line("name")
+		}
+		for _, tt := range t.tables("tags") {
+			tag, ok := d.tag(tt, t.at, name)
+			p.Tags = append(p.Tags, tag)
+			p.valid = append(p.valid, ok)
+		}
+		if len(p.Tags) == 0 {
+			t.errf("", "profile has no tags")
+		}
+		d.checkTagSet(t, p.Tags, p.valid, func(a, b Tag) bool { return true })
+		t.done()
+		out = append(out, p)
+	}
+	return out
+}
+
+// tag reads one tag entry; ok is false when it had any problem.
+func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
+	before := len(d.errs)
+	t.at = at
+	tag := Tag{Profile: profile, Line: t.line(""), Bit: -1, Scale: DefaultScale, Order: DefaultOrder}
+	name, ok := t.str("name")
+	switch {
+	case !ok:
+		t.errf("", "tag has no name")
+	case !validName(name):
+		t.at.tag = name
+		t.errf("name", "tag name %q: %s", name, nameRule)
+	}
+	tag.Name = name
+	t.at.tag = name
+
+	tag.Register = t.oneOf("register", DefaultRegister, RegisterHolding, RegisterInput, RegisterCoil, RegisterDiscrete)
+	bitSpace := tag.Register == RegisterCoil || tag.Register == RegisterDiscrete
+	defType := DefaultRegisterType
+	if bitSpace {
+		defType = DefaultBitType
+	}
+	tag.Type = t.oneOf("type", defType, "int16", "uint16", "int32", "uint32", "float32", "int64", "uint64", "float64", "bool")
+
+	addr, hasAddr := t.integer("address")
+	switch {
+	case !hasAddr && !t.has("address"):
+		t.errf("", "address is required")
+	case hasAddr && addr < 0:
+		t.errf("address", "address %d < 0", addr)
+	case hasAddr && addr > 65535:
+		t.errf("address", "address %d > 65535", addr)
+	case hasAddr && addr+int64(tag.Span())-1 > 65535:
+		t.errf("address", "address %d + %d registers of %s - 1 > 65535", addr, tag.Span(), tag.Type)
+	default:
+		tag.Address = uint16(addr)
+	}
+
+	if bitSpace && tag.Type != "bool" {
+		t.errf("type", "type %s on a %s: %s tags are bool", tag.Type, tag.Register, tag.Register)
+	}
+	if b, ok := t.integer("bit"); ok {
+		switch {
+		case tag.Type != "bool" || bitSpace:
+			t.errf("bit", "bit applies only to a bool in a holding or input register")
+		case b < 0 || b > 15:
+			t.errf("bit", "bit %d outside 0..15", b)
+		default:
+			tag.Bit = int(b)
+		}
+	} else if tag.Type == "bool" && !bitSpace && !t.has("bit") {
+		t.errf("type", "bool on a %s register needs bit = 0..15", tag.Register)
+	}
+
+	if o, ok := t.str("order"); ok {
+		words := typeWords[tag.Type]
+		switch {
+		case !orders[o]:
+			t.errf("order", "order %q: want ABCD, CDAB, BADC or DCBA", o)
+		case tag.Type == "bool" && o != "ABCD":
+			t.errf("order", "order %s does not apply to bool (bit counts from the least significant bit)", o)
+		case words == 1 && o != "ABCD" && o != "BADC":
+			t.errf("order", "order %s on a 16-bit %s: want ABCD or BADC (there is no word to swap)", o, tag.Type)
+		default:
+			tag.Order = o
+		}
+	}
+
+	isBool := tag.Type == "bool"
+	if s, ok := t.float("scale"); ok {
+		switch {
+		case isBool:
+			t.errf("scale", "scale does not apply to bool")
+		case s == 0:
+			t.errf("scale", "scale = 0 would make every value 0")
+		default:
+			tag.Scale = s
+		}
+	}
+	if o, ok := t.float("offset"); ok {
+		if isBool {
+			t.errf("offset", "offset does not apply to bool")
+		}
+		tag.Offset = o
+	}
+	if db, ok := t.float("deadband"); ok {
+		switch {
+		case isBool:
+			t.errf("deadband", "deadband does not apply to bool")
+		case db < 0:
+			t.errf("deadband", "deadband %g < 0", db)
+		default:
+			tag.Deadband = db
+		}
+	}
+	tag.Unit, _ = t.str("unit")
+	tag.Writable = t.boolean("writable", false)
+	if tag.Writable && (tag.Register == RegisterInput || tag.Register == RegisterDiscrete) {
+		t.errf("writable", "writable: %s registers are read-only", tag.Register)
+	}
+	if v, ok := t.float("min"); ok {
+		tag.Min = &v
+	}
+	if v, ok := t.float("max"); ok {
+		tag.Max = &v
+	}
+	if tag.Min != nil && tag.Max != nil && *tag.Min > *tag.Max {
+		t.errf("min", "min %g > max %g", *tag.Min, *tag.Max)
+	}
+	t.done()
+	return tag, len(d.errs) == before
+}
+
+// checkTagSet reports duplicate names and overlapping addresses among tags.
+// consider(a, b) says whether the pair is this caller's to report (a device
+// does not re-report two tags of its profile).
+func (d *decoder) checkTagSet(t *table, tags []Tag, valid []bool, consider func(a, b Tag) bool) {
+	errAt := func(tag Tag, format string, args ...any) {
+		d.errs = append(d.errs, &Error{File: d.file, Line: tag.Line, Profile: t.at.profile,
+			Device: t.at.device, Tag: tag.Name, Msg: fmt.Sprintf(format, args...)})
+	}
+	seen := map[string]Tag{}
+	for _, tag := range tags {
+		if tag.Name == "" {
+			continue
+		}
+		if prev, dup := seen[tag.Name]; dup {
+			if consider(prev, tag) {
+				errAt(tag, "duplicate tag name (first %s)", tagOrigin(prev))
+			}
+			continue
+		}
+		seen[tag.Name] = tag
+	}
+
+	// Overlaps: per register kind, sorted by address; a pair overlaps when
+	// their spans intersect, except two bools on different bits.
+	var idx []int
+	for i, tag := range tags {
+		if valid[i] && tag.Span() > 0 {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		ta, tb := tags[idx[a]], tags[idx[b]]
+		if ta.Register != tb.Register {
+			return ta.Register < tb.Register
+		}
+		return ta.Address < tb.Address
+	})
+	for x, i := range idx {
+		a := tags[i]
+		endA := int(a.Address) + a.Span() - 1
+		for _, j := range idx[x+1:] {
+			b := tags[j]
+			if b.Register != a.Register || int(b.Address) > endA {
+				break
+			}
+			if a.Bit >= 0 && b.Bit >= 0 && a.Bit != b.Bit {
+				continue
+			}
+			if !consider(a, b) {
+				continue
+			}
+			first, later := a, b
+			if j < i {
+				first, later = b, a
+			}
+			errAt(later, "%s overlaps tag %q (%s) %s", tagSpan(later), first.Name, tagSpan(first), tagOrigin(first))
+		}
+	}
+}
+
+func tagSpan(t Tag) string {
+	s := fmt.Sprintf("%s %d", t.Register, t.Address)
+	if n := t.Span(); n > 1 {
+		s = fmt.Sprintf("%s %d..%d", t.Register, t.Address, int(t.Address)+n-1)
+	}
+	if t.Bit >= 0 {
+		s += fmt.Sprintf(" bit %d", t.Bit)
+	}
+	return s
+}
+
+func tagOrigin(t Tag) string {
+	if t.Profile != "" {
+		return fmt.Sprintf("in profile %q at line %d", t.Profile, t.Line)
+	}
+	return fmt.Sprintf("at line %d", t.Line)
+}
+
+// devices reads every [[device]] and checks them against each other.
+func (d *decoder) devices(ts []*table, profiles []Profile, poll Poll) []Device {
+	byProfile := map[string]*Profile{}
+	for i := range profiles {
+		if _, dup := byProfile[profiles[i].Name]; !dup {
+			byProfile[profiles[i].Name] = &profiles[i]
+		}
+	}
+	var out []Device
+	names := map[string]int{}
+	type endpoint struct {
+		transport, address string
+		unit               uint8
+	}
+	endpoints := map[endpoint]*Device{}
+	buses := map[string]*Device{}
+	for _, t := range ts {
+		dev, ok := d.device(t, byProfile, poll)
+		if dev.Name != "" {
+			if l, dup := names[dev.Name]; dup {
+				t.errf("name", "duplicate device name (first at line %d)", l)
+			} else {
+				names[dev.Name] = dev.Line
+			}
+		}
+		out = append(out, dev)
+		if !ok.endpoint {
+			continue
+		}
+		ep := endpoint{dev.Transport, dev.Address, dev.Unit}
+		if prev, dup := endpoints[ep]; dup {
+			t.errf("address", "same %s address %s and unit %d as device %q (line %d)",
+				dev.Transport, dev.Address, dev.Unit, prev.Name, prev.Line)
+		} else {
+			endpoints[ep] = &out[len(out)-1]
+		}
+		if dev.Transport == TransportRTU && ok.serial {
+			if prev, seen := buses[dev.Address]; seen && prev.Serial != dev.Serial {
+				t.errf("serial", "serial settings %s on %s differ from device %q (line %d): %s",
+					serialString(dev.Serial), dev.Address, prev.Name, prev.Line, serialString(prev.Serial))
+			} else if !seen {
+				buses[dev.Address] = &out[len(out)-1]
+			}
+		}
+	}
+	return out
+}
+
+func serialString(s Serial) string {
+	out := fmt.Sprintf("%d %d%s%d", s.Baud, s.DataBits, s.Parity, s.StopBits)
+	if s.RS485 {
+		out += fmt.Sprintf(" rs485 (rts %v/%v)", s.RS485DelayRTSBeforeSend, s.RS485DelayRTSAfterSend)
+	}
+	return out
+}
+
+// deviceOK says which parts of a device are sound enough for cross-checks.
+type deviceOK struct{ endpoint, serial bool }
+
+func (d *decoder) device(t *table, profiles map[string]*Profile, poll Poll) (Device, deviceOK) {
+	var ok deviceOK
+	dev := Device{Line: t.line("")}
+	name, hasName := t.str("name")
+	switch {
+	case !hasName:
+		t.errf("", "device has no name")
+	case !validName(name):
+		t.at.device = name
+		t.errf("name", "device name %q: %s", name, nameRule)
+	}
+	dev.Name = name
+	t.at.device = name
+
+	tr, hasTr := t.str("transport")
+	switch {
+	case !hasTr && !t.has("transport"):
+		t.errf("", "transport is required: tcp, udp, rtu or rtuovertcp")
+	case hasTr && tr != TransportTCP && tr != TransportUDP && tr != TransportRTU && tr != TransportRTUOverTCP:
+		t.errf("transport", "transport %q: want tcp, udp, rtu or rtuovertcp", tr)
+		hasTr = false
+	}
+	if hasTr {
+		dev.Transport = tr
+	}
+
+	addr, hasAddr := t.str("address")
+	addrOK := false
+	switch {
+	case !hasAddr && !t.has("address"):
+		t.errf("", "address is required")
+	case !hasAddr || !hasTr:
+	case tr == TransportRTU:
+		if !strings.HasPrefix(addr, "/") {
+			t.errf("address", "address %q: an rtu device needs a serial device path such as \"/dev/ttyS1\"", addr)
+		} else {
+			dev.Address, addrOK = addr, true
+		}
+	default:
+		if a, err := netAddress(addr); err != nil {
+			t.errf("address", "address %q: %v", addr, err)
+		} else {
+			dev.Address, addrOK = a, true
+		}
+	}
+
+	unitBefore := len(d.errs)
+	unit := t.intIn("unit", DefaultUnit, 0, MaxUnit)
+	if unit == 0 && tr == TransportRTU {
+		t.errf("unit", "unit 0 is the serial broadcast address (no reply): want 1..%d", MaxUnit)
+	}
+	dev.Unit = uint8(unit)
+	unitOK := len(d.errs) == unitBefore
+
+	timingBefore := len(d.errs)
+	dev.Interval = t.positive("interval", DefaultInterval, false)
+	dev.Timeout = t.positive("timeout", defaultTimeout(tr), false)
+	if len(d.errs) == timingBefore && dev.Interval < dev.Timeout {
+		def := ""
+		if !t.has("timeout") {
+			def = fmt.Sprintf(" (the %s default; set timeout)", tr)
+		}
+		t.errf("interval", "interval %v is shorter than timeout %v%s", dev.Interval, dev.Timeout, def)
+	}
+	dev.Retries = int(t.intIn("retries", DefaultRetries, 0, 100))
+	dev.MaxGap = int(t.intIn("max_gap", int64(poll.MaxGap), 0, LimitMaxRegisters))
+	dev.MaxRegisters = int(t.intIn("max_registers", int64(poll.MaxRegisters), 1, LimitMaxRegisters))
+
+	dev.WriteTransport = tr
+	if tr == TransportUDP {
+		dev.WriteTransport = DefaultWriteTransport
+	}
+	if t.has("write_transport") {
+		if tr == TransportUDP || !hasTr {
+			dev.WriteTransport = t.oneOf("write_transport", dev.WriteTransport, TransportTCP, TransportUDP)
+		} else {
+			t.get("write_transport")
+			t.errf("write_transport", "write_transport applies only to udp devices (a %s device writes over %s)", tr, tr)
+		}
+	}
+
+	serialBefore := len(d.errs)
+	st := t.sub("serial")
+	if len(st.m) > 0 && hasTr && tr != TransportRTU {
+		t.errf("serial", "serial settings apply only to rtu devices")
+	}
+	s := d.serial(st)
+	if tr == TransportRTU {
+		dev.Serial = s
+	}
+	ok.serial = len(d.errs) == serialBefore
+
+	// Tags: the profile's first, then the device's own.
+	var valid []bool
+	if p, has := t.str("profile"); has {
+		dev.Profile = p
+		if prof, found := profiles[p]; found {
+			dev.Tags = append(dev.Tags, prof.Tags...)
+			valid = append(valid, prof.valid...) // the profile reports its own problems
+		} else {
+			t.errf("profile", "unknown profile %q", p)
+		}
+	}
+	tagsBefore := len(d.errs)
+	for _, tt := range t.tables("tags") {
+		tag, tagOK := d.tag(tt, t.at, "")
+		dev.Tags = append(dev.Tags, tag)
+		valid = append(valid, tagOK)
+	}
+	if len(dev.Tags) == 0 && !t.has("profile") && len(d.errs) == tagsBefore {
+		t.errf("", "device has no tags: give a profile or tags")
+	}
+	for i, tag := range dev.Tags {
+		if valid[i] && tag.Words() > dev.MaxRegisters {
+			d.errs = append(d.errs, &Error{File: d.file, Line: tag.Line, Device: dev.Name, Tag: tag.Name,
+				Msg: fmt.Sprintf("%s needs %d registers but max_registers is %d", tag.Type, tag.Words(), dev.MaxRegisters)})
+		}
+	}
+	d.checkTagSet(t, dev.Tags, valid, func(a, b Tag) bool { return a.Profile == "" || b.Profile == "" })
+	t.done()
+	ok.endpoint = addrOK && unitOK
+	return dev, ok
+}
+
+func (d *decoder) serial(t *table) Serial {
+	s := Serial{
+		Baud:     int(t.intIn("baud", DefaultBaud, 1, 4_000_000)),
+		DataBits: int(t.intIn("data_bits", DefaultDataBits, 5, 8)),
+		Parity:   t.oneOf("parity", DefaultParity, "N", "E", "O"),
+		StopBits: int(t.intIn("stop_bits", DefaultStopBits, 1, 2)),
+		RS485:    t.boolean("rs485", false),
+	}
+	s.RS485DelayRTSBeforeSend = t.positive("rs485_delay_rts_before_send", 0, true)
+	s.RS485DelayRTSAfterSend = t.positive("rs485_delay_rts_after_send", 0, true)
+	t.done()
+	return s
+}

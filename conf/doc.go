@@ -1,0 +1,13 @@
+// Package conf owns the configuration file: its TOML schema, the defaults
+// (all in defaults.go), profile merging, and validation whose messages name
+// the file, line, device and tag. Load/Parse return a fully resolved Config or
+// every problem found (Errors), never just the first.
+//
+// It never opens devices, sockets or token files, never starts goroutines and
+// imports no project package: main.go maps a Config onto each package's own
+// Config. Token and certificate files are named here and read by their users.
+//
+// Concurrency: Load and Parse are pure functions of their input and safe to
+// call concurrently. A returned *Config is a plain value with no locks; treat
+// it as read-only once shared.
+package conf

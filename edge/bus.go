@@ -1,0 +1,90 @@
+package edge
+
+import (
+	"context"
+	"time"
+)
+
+// bus is one goroutine's share of the devices: it polls them one at a time,
+// each at its own interval, earliest due first.
+type bus struct {
+	name    string
+	devices []*device
+}
+
+// run polls until ctx is done. Timing rules:
+//   - device d's windows start at start+offset+k*interval; a poll may use its
+//     window for retries and must end inside it to count as valid;
+//   - a poll that ends after later windows have begun skips them: each
+//     skipped window is an overrun, never a second poll (polls never stack);
+//   - after DemoteAfter polls without any answer the device is demoted: it is
+//     polled every 2^k intervals (k grows per dead poll, capped at
+//     MaxDemotedPeriod); the windows in between are counted as skipped; the
+//     first answer promotes it back.
+func (b *bus) run(ctx context.Context, start time.Time, sink Sink) {
+	for _, d := range b.devices {
+		d.next = start.Add(d.offset)
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		d := b.devices[0]
+		for _, o := range b.devices[1:] {
+			if o.next.Before(d.next) {
+				d = o
+			}
+		}
+		if wait := time.Until(d.next); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return
+		}
+		b.pollOne(d, sink)
+	}
+}
+
+// pollOne polls d in its current window and moves d.next on.
+func (b *bus) pollOne(d *device, sink Sink) {
+	iv := d.cfg.Interval
+	// A window that has already ended while other devices of this bus were
+	// polled is an overrun, not a late poll.
+	now := time.Now()
+	for !now.Before(d.next.Add(iv)) {
+		d.stats.Overruns.Add(1)
+		d.next = d.next.Add(iv)
+	}
+	answered, _ := d.poll(d.next.Add(iv), sink)
+	d.next = d.next.Add(iv)
+	now = time.Now()
+	for !now.Before(d.next) { // the poll ran into later windows
+		d.stats.Overruns.Add(1)
+		d.next = d.next.Add(iv)
+	}
+	if answered {
+		if d.stats.Demoted.Load() {
+			d.stats.Demoted.Store(false)
+			d.log.Info("device answers again: promoted")
+		}
+		d.deadPolls, d.backoff = 0, 0
+		return
+	}
+	d.deadPolls++
+	if d.deadPolls < DemoteAfter {
+		return
+	}
+	if !d.stats.Demoted.Load() {
+		d.stats.Demoted.Store(true)
+		d.stats.Demotions.Add(1)
+		d.log.Warn("device does not answer: demoted", "polls", d.deadPolls)
+	}
+	d.backoff = min(max(2*d.backoff, 2*iv), max(MaxDemotedPeriod, iv))
+	for skip := d.backoff - iv; skip > 0; skip -= iv {
+		d.stats.Skipped.Add(1)
+		d.next = d.next.Add(iv)
+	}
+}

@@ -1,0 +1,174 @@
+package edge
+
+import (
+	"bytes"
+	"math"
+	"testing"
+)
+
+// One table for decoder and encoder: wire bytes as a device sends them.
+var registerCases = []struct {
+	name  string
+	typ   Type
+	order Order
+	bit   int
+	wire  []byte
+	want  float64
+}{
+	{"int16 -215 (21.5°C below zero ×0.1)", Int16, ABCD, 0, []byte{0xff, 0x29}, -215},
+	{"int16 max", Int16, ABCD, 0, []byte{0x7f, 0xff}, 32767},
+	{"int16 min", Int16, ABCD, 0, []byte{0x80, 0x00}, -32768},
+	{"int16 byte-swapped", Int16, BADC, 0, []byte{0x29, 0xff}, -215},
+	{"uint16 655 (65.5 %RH)", Uint16, ABCD, 0, []byte{0x02, 0x8f}, 655},
+	{"uint16 max", Uint16, ABCD, 0, []byte{0xff, 0xff}, 65535},
+	{"uint16 DCBA", Uint16, DCBA, 0, []byte{0x8f, 0x02}, 655},
+	{"int32 ABCD", Int32, ABCD, 0, []byte{0xff, 0xff, 0xff, 0xfe}, -2},
+	{"int32 CDAB", Int32, CDAB, 0, []byte{0xff, 0xfe, 0xff, 0xff}, -2},
+	{"uint32 ABCD 0x12345678", Uint32, ABCD, 0, []byte{0x12, 0x34, 0x56, 0x78}, 0x12345678},
+	{"uint32 CDAB", Uint32, CDAB, 0, []byte{0x56, 0x78, 0x12, 0x34}, 0x12345678},
+	{"uint32 BADC", Uint32, BADC, 0, []byte{0x34, 0x12, 0x78, 0x56}, 0x12345678},
+	{"uint32 DCBA", Uint32, DCBA, 0, []byte{0x78, 0x56, 0x34, 0x12}, 0x12345678},
+	// 21.5 as IEEE 754 single: 0x41AC0000
+	{"float32 ABCD 21.5", Float32, ABCD, 0, []byte{0x41, 0xac, 0x00, 0x00}, 21.5},
+	{"float32 CDAB 21.5", Float32, CDAB, 0, []byte{0x00, 0x00, 0x41, 0xac}, 21.5},
+	{"float32 BADC 21.5", Float32, BADC, 0, []byte{0xac, 0x41, 0x00, 0x00}, 21.5},
+	{"float32 DCBA 21.5", Float32, DCBA, 0, []byte{0x00, 0x00, 0xac, 0x41}, 21.5},
+	{"int64 -1", Int64, ABCD, 0, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, -1},
+	{"uint64 ABCD", Uint64, ABCD, 0, []byte{0, 0, 0, 1, 0, 0, 0, 2}, 1<<32 + 2},
+	{"uint64 CDAB (words reversed)", Uint64, CDAB, 0, []byte{0, 2, 0, 0, 0, 1, 0, 0}, 1<<32 + 2},
+	{"uint64 BADC", Uint64, BADC, 0, []byte{0, 0, 1, 0, 0, 0, 2, 0}, 1<<32 + 2},
+	{"uint64 DCBA", Uint64, DCBA, 0, []byte{2, 0, 0, 0, 1, 0, 0, 0}, 1<<32 + 2},
+	// 21.5 as IEEE 754 double: 0x4035800000000000
+	{"float64 ABCD 21.5", Float64, ABCD, 0, []byte{0x40, 0x35, 0x80, 0, 0, 0, 0, 0}, 21.5},
+	{"float64 DCBA 21.5", Float64, DCBA, 0, []byte{0, 0, 0, 0, 0, 0x80, 0x35, 0x40}, 21.5},
+	{"bool bit 0 set", Bool, ABCD, 0, []byte{0x00, 0x01}, 1},
+	{"bool bit 15 set", Bool, ABCD, 15, []byte{0x80, 0x00}, 1},
+	{"bool bit 8 clear", Bool, ABCD, 8, []byte{0xfe, 0xff}, 0},
+	{"bool bit 8 set", Bool, ABCD, 8, []byte{0x01, 0x00}, 1},
+}
+
+func TestDecodeRegisters(t *testing.T) {
+	for _, c := range registerCases {
+		got, err := DecodeRegisters(c.typ, c.order, c.bit, c.wire)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestEncodeRegistersRoundTrip(t *testing.T) {
+	for _, c := range registerCases {
+		if c.typ == Bool {
+			continue
+		}
+		got, err := EncodeRegisters(c.typ, c.order, c.want)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if !bytes.Equal(got, c.wire) {
+			t.Errorf("%s: encoded % x, want % x", c.name, got, c.wire)
+		}
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	if _, err := DecodeRegisters(Float32, ABCD, 0, []byte{1, 2}); err == nil {
+		t.Error("short float32 decoded")
+	}
+	if _, err := DecodeRegisters(Bool, ABCD, 16, []byte{1, 2}); err == nil {
+		t.Error("bit 16 decoded")
+	}
+	for _, c := range []struct {
+		t Type
+		v float64
+	}{{Int16, 32768}, {Uint16, -1}, {Uint16, 1.5}, {Int32, math.Inf(1)}, {Uint32, 1 << 32}, {Bool, 1}} {
+		if b, err := EncodeRegisters(c.t, ABCD, c.v); err == nil {
+			t.Errorf("%v %v encoded to % x, want an error", c.t, c.v, b)
+		}
+	}
+}
+
+func TestBitAt(t *testing.T) {
+	// FC1 reply data for coils 0..9 = 1,0,1,1,0,0,0,0, 1,0 → 0x0d, 0x01
+	packed := []byte{0x0d, 0x01}
+	want := []bool{true, false, true, true, false, false, false, false, true, false}
+	for i, w := range want {
+		if BitAt(packed, i) != w {
+			t.Errorf("bit %d: got %v", i, !w)
+		}
+	}
+}
+
+func TestParseNames(t *testing.T) {
+	for n, typ := range typeNames {
+		if got, err := ParseType(n); err != nil || got != typ || typ.String() != n {
+			t.Errorf("ParseType(%q) = %v, %v", n, got, err)
+		}
+	}
+	if _, err := ParseType("int8"); err == nil {
+		t.Error("int8 accepted")
+	}
+	for _, n := range []string{"ABCD", "CDAB", "BADC", "DCBA"} {
+		if o, err := ParseOrder(n); err != nil || o.String() != n {
+			t.Errorf("ParseOrder(%q) = %v, %v", n, o, err)
+		}
+	}
+	if _, err := ParseOrder("ACBD"); err == nil {
+		t.Error("ACBD accepted")
+	}
+}
+
+func FuzzDecodeRegisters(f *testing.F) {
+	for _, c := range registerCases {
+		f.Add(uint8(c.typ), uint8(c.order), c.bit, c.wire)
+	}
+	f.Fuzz(func(t *testing.T, typ, order uint8, bit int, wire []byte) {
+		ty := Type(typ%9 + 1)
+		o := Order(order % 4)
+		v, err := DecodeRegisters(ty, o, bit, wire)
+		if err != nil {
+			return
+		}
+		if len(wire) != 2*ty.Words() {
+			t.Fatalf("decoded %d bytes as %v", len(wire), ty)
+		}
+		if ty == Bool || math.IsNaN(v) {
+			return
+		}
+		// Whatever decodes must encode back to the same wire bytes (except
+		// 64-bit integers beyond float64 precision).
+		if (ty == Int64 || ty == Uint64) && math.Abs(v) >= 1<<53 {
+			return
+		}
+		back, err := EncodeRegisters(ty, o, v)
+		if err != nil {
+			t.Fatalf("%v %v: %v", ty, v, err)
+		}
+		if !bytes.Equal(back, wire) {
+			t.Fatalf("%v %v %v: % x -> % x", ty, o, v, wire, back)
+		}
+	})
+}
+
+func TestScaledIsExactForDecimalScales(t *testing.T) {
+	cases := []struct {
+		scale, offset, raw, want float64
+	}{
+		{0.1, 0, 559, 55.9}, {0.1, 0, -215, -21.5}, {0.01, 0, 12345, 123.45}, {0.5, 0, 3, 1.5},
+		{0.001, 0, 1, 0.001}, {2, 0, 3, 6}, {0.1, -40, 655, 25.5}, {1, 0, 7, 7}, {0.3, 0, 10, 3},
+	}
+	for _, c := range cases {
+		tag := Tag{Type: Int16, Scale: c.scale, Offset: c.offset}
+		if got := scaled(&tag, c.raw); got != c.want {
+			t.Errorf("%v*%v+%v = %v, want %v", c.raw, c.scale, c.offset, got, c.want)
+		}
+	}
+	if got := scaled(&Tag{Type: Bool, Scale: 0.1}, 1); got != 1 {
+		t.Errorf("bool scaled to %v", got)
+	}
+}

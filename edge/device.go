@@ -1,0 +1,374 @@
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"edgegw/edge/modbus"
+	"edgegw/ringstore"
+	"edgegw/stats"
+)
+
+// Conn is what a poll needs from a transport: one device's requests, one at
+// a time. Every connection type of edge/modbus satisfies it.
+type Conn interface {
+	ReadCoils(addr, qty uint16) ([]byte, error)
+	ReadDiscreteInputs(addr, qty uint16) ([]byte, error)
+	ReadHoldingRegisters(addr, qty uint16) ([]byte, error)
+	ReadInputRegisters(addr, qty uint16) ([]byte, error)
+}
+
+// counted is the optional side of a Conn that reports transport counters.
+type counted interface{ Counters() modbus.Counters }
+
+var (
+	_ Conn    = (*modbus.TCPConn)(nil)
+	_ Conn    = (*modbus.UDPConn)(nil)
+	_ Conn    = (*modbus.RTUConn)(nil)
+	_ counted = (*modbus.TCPConn)(nil)
+)
+
+// device is one configured device: its plan, its connection, its record.
+// Everything but stats, info and the plan lock is touched only by its bus goroutine.
+type device struct {
+	cfg    DeviceConfig
+	info   stats.Info
+	log    *slog.Logger
+	stats  stats.Device
+	conn   Conn
+	offset time.Duration // stagger inside the interval
+
+	planMu  sync.Mutex // guards reads, maxRegs, maxBits, maxGap (Plan may be called from anywhere)
+	reads   []Read
+	maxRegs int
+	maxBits int
+	maxGap  int
+
+	// bus-goroutine state
+	next      time.Time // start of the next scheduled window
+	deadPolls int       // consecutive polls without any answer
+	backoff   time.Duration
+	values    []float64
+	quality   []ringstore.Quality
+	last      []ringstore.Sample // last appended sample per tag, for deadband
+	batch     []ringstore.Sample
+	loggedErr bool // an error was logged since the last good poll
+}
+
+func newDevice(dc DeviceConfig, log *slog.Logger) (*device, error) {
+	if dc.Interval <= 0 {
+		dc.Interval = DefaultInterval
+	}
+	if dc.Timeout <= 0 {
+		dc.Timeout = DefaultTimeout
+	}
+	if dc.Retries < 0 {
+		dc.Retries = 0
+	}
+	if dc.MaxRegs <= 0 || dc.MaxRegs > MaxReadRegisters {
+		dc.MaxRegs = MaxReadRegisters
+	}
+	if dc.MaxBits <= 0 || dc.MaxBits > MaxReadBits {
+		dc.MaxBits = MaxReadBits
+	}
+	if dc.MaxGap < 0 {
+		dc.MaxGap = DefaultMaxGap
+	}
+	if len(dc.Tags) == 0 {
+		return nil, fmt.Errorf("edge: device %q has no tags", dc.Name)
+	}
+	for i := range dc.Tags {
+		if dc.Tags[i].Scale == 0 {
+			dc.Tags[i].Scale = 1
+		}
+	}
+	d := &device{
+		cfg:     dc,
+		log:     log.With("device", dc.Name),
+		maxRegs: dc.MaxRegs,
+		maxBits: dc.MaxBits,
+		maxGap:  dc.MaxGap,
+		values:  make([]float64, len(dc.Tags)),
+		quality: make([]ringstore.Quality, len(dc.Tags)),
+		last:    make([]ringstore.Sample, len(dc.Tags)),
+		batch:   make([]ringstore.Sample, 0, len(dc.Tags)),
+	}
+	d.info = stats.Info{Name: dc.Name, Transport: dc.Transport, Address: dc.Address, Unit: dc.Unit, Interval: dc.Interval}
+	for _, t := range dc.Tags {
+		d.info.Tags = append(d.info.Tags, stats.TagInfo{Name: t.Name, Unit: t.Unit, Writable: t.Writable})
+	}
+	d.reads = PlanReads(dc.Tags, d.maxGap, d.maxRegs, d.maxBits)
+	return d, nil
+}
+
+func (d *device) currentPlan() []Read {
+	d.planMu.Lock()
+	defer d.planMu.Unlock()
+	return append([]Read(nil), d.reads...)
+}
+
+// shrink reacts to exception 2 on a read of several tags: first stop filling
+// gaps (the hole may be what the device refuses), then halve the read size.
+// It returns false when nothing smaller is possible.
+func (d *device) shrink(r Read) bool {
+	d.planMu.Lock()
+	defer d.planMu.Unlock()
+	if len(r.Tags) < 2 {
+		return false
+	}
+	switch {
+	case d.maxGap > 0:
+		d.maxGap = 0
+	case r.Register.bits():
+		d.maxBits = max(1, int(r.Quantity)/2)
+	default:
+		d.maxRegs = max(1, int(r.Quantity)/2)
+	}
+	d.reads = PlanReads(d.cfg.Tags, d.maxGap, d.maxRegs, d.maxBits)
+	d.log.Warn("device refused a read (illegal data address): splitting reads",
+		"read", r.String(), "max_gap", d.maxGap, "max_registers", d.maxRegs, "max_bits", d.maxBits)
+	return true
+}
+
+// outcome of one request.
+type outcome uint8
+
+const (
+	okReply outcome = iota
+	exception
+	timedOut
+	failed
+)
+
+func classify(err error) outcome {
+	switch {
+	case err == nil:
+		return okReply
+	case errors.As(err, new(*modbus.ModbusError)):
+		return exception
+	case errors.Is(err, modbus.ErrTimeout):
+		return timedOut
+	}
+	return failed
+}
+
+func (d *device) read(r Read) ([]byte, error) {
+	switch r.Register {
+	case Holding:
+		return d.conn.ReadHoldingRegisters(r.Address, r.Quantity)
+	case Input:
+		return d.conn.ReadInputRegisters(r.Address, r.Quantity)
+	case Coil:
+		return d.conn.ReadCoils(r.Address, r.Quantity)
+	default:
+		return d.conn.ReadDiscreteInputs(r.Address, r.Quantity)
+	}
+}
+
+// readRetry performs one read with retries, but only while another attempt
+// can still finish before the end of the poll's window.
+func (d *device) readRetry(r Read, windowEnd time.Time) ([]byte, error) {
+	var err error
+	for attempt := 0; attempt <= d.cfg.Retries; attempt++ {
+		if attempt > 0 && time.Now().Add(d.cfg.Timeout).After(windowEnd) {
+			break
+		}
+		t0 := time.Now()
+		var data []byte
+		data, err = d.read(r)
+		d.stats.Requests.Add(1) // counted when done, so a request in flight never shows as lost
+		switch classify(err) {
+		case okReply:
+			d.stats.Responses.Add(1)
+			d.stats.RTT.Observe(time.Since(t0))
+			return data, nil
+		case exception:
+			d.stats.Exceptions.Add(1)
+			return nil, err // the device answered; asking again gives the same answer
+		case timedOut:
+			d.stats.Timeouts.Add(1)
+		default:
+			d.stats.Errors.Add(1)
+			if errors.Is(err, modbus.ErrBackoff) {
+				return nil, err // the connection is down and waiting: no point retrying now
+			}
+		}
+	}
+	return nil, err
+}
+
+// poll reads every tag once and appends one sample per tag to sink. It
+// returns whether any request got an answer (exceptions count: the device
+// is alive) and whether every tag is good.
+func (d *device) poll(windowEnd time.Time, sink Sink) (answered, good bool) {
+	start := time.Now()
+	for i := range d.quality {
+		d.quality[i] = ringstore.Error
+	}
+	good = true
+	var firstErr error
+	reads := d.currentPlan()
+	for ri := 0; ri < len(reads); ri++ {
+		r := reads[ri]
+		data, err := d.readRetry(r, windowEnd)
+		if err != nil {
+			if code, ok := modbus.IsException(err); ok && code == 2 && d.shrink(r) {
+				// Re-plan and read the same tags again in smaller pieces.
+				rest := append([]Read(nil), reads[ri+1:]...)
+				reads = append(append(reads[:ri:ri], d.currentPlanFor(r.Tags)...), rest...)
+				ri--
+				answered = true
+				continue
+			}
+			q := ringstore.Error
+			switch classify(err) {
+			case timedOut:
+				q = ringstore.Timeout
+			case exception:
+				answered = true
+			}
+			for _, ti := range r.Tags {
+				d.quality[ti] = q
+			}
+			good = false
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		answered = true
+		if err := d.decode(r, data); err != nil {
+			good = false
+			d.stats.Errors.Add(1)
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	now := time.Now()
+	d.emit(now, sink) // samples first: whoever sees the counters move finds them in the ring
+	d.stats.Cycle.Observe(now.Sub(start))
+	if c, ok := d.conn.(counted); ok {
+		cs := c.Counters()
+		d.stats.Reconnects.Store(cs.Reconnects)
+		d.stats.Late.Store(cs.Late)
+		d.stats.Duplicates.Store(cs.Duplicates)
+		d.stats.Dropped.Store(cs.Dropped)
+	}
+	d.stats.Polls.Add(1) // counted when done, so a poll in flight never shows as invalid
+	if good && !now.After(windowEnd) {
+		d.stats.GoodPolls.Add(1)
+		d.stats.LastGoodUS.Store(now.UnixMicro())
+	}
+	d.logOutcome(good, firstErr)
+	return answered, good
+}
+
+// currentPlanFor returns the reads of the current plan that cover any of tags.
+func (d *device) currentPlanFor(tags []int) []Read {
+	want := map[int]bool{}
+	for _, t := range tags {
+		want[t] = true
+	}
+	var out []Read
+	for _, r := range d.currentPlan() {
+		for _, t := range r.Tags {
+			if want[t] {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// decode fills values and quality for the tags of one read.
+func (d *device) decode(r Read, data []byte) error {
+	var firstErr error
+	for _, ti := range r.Tags {
+		t := &d.cfg.Tags[ti]
+		off := int(t.Address) - int(r.Address)
+		var raw float64
+		var err error
+		if r.Register.bits() {
+			if off/8 >= len(data) {
+				err = fmt.Errorf("edge: device %q: tag %q: reply too short", d.cfg.Name, t.Name)
+			} else if BitAt(data, off) {
+				raw = 1
+			}
+		} else {
+			end := 2 * (off + t.span())
+			if end > len(data) {
+				err = fmt.Errorf("edge: device %q: tag %q: reply too short", d.cfg.Name, t.Name)
+			} else {
+				raw, err = DecodeRegisters(t.Type, t.Order, t.Bit, data[2*off:end])
+			}
+		}
+		if err != nil {
+			d.quality[ti] = ringstore.Error
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		d.values[ti] = scaled(t, raw)
+		d.quality[ti] = ringstore.Good
+	}
+	return firstErr
+}
+
+// scaled applies a tag's scale and offset. A scale that is 1/n for a whole
+// n (0.1, 0.01, 0.5 …) divides by n instead: 559/10 is 55.9, while
+// 559*0.1 is 55.900000000000006.
+func scaled(t *Tag, raw float64) float64 {
+	if t.Type == Bool {
+		return raw
+	}
+	if inv := 1 / t.Scale; inv > 1 && math.Abs(inv-math.Round(inv)) < 1e-9*inv {
+		return raw/math.Round(inv) + t.Offset
+	}
+	return raw*t.Scale + t.Offset
+}
+
+// emit appends one sample per tag, leaving out good values that moved less
+// than their deadband since the last one sent.
+func (d *device) emit(now time.Time, sink Sink) {
+	ts := now.UnixMicro()
+	d.batch = d.batch[:0]
+	for i := range d.cfg.Tags {
+		t := &d.cfg.Tags[i]
+		s := ringstore.Sample{Device: d.cfg.Name, Tag: t.Name, Value: d.values[i], Bool: t.Type == Bool, Quality: d.quality[i], TS: ts}
+		if s.Quality != ringstore.Good {
+			s.Value = 0
+		}
+		if l := &d.last[i]; t.Deadband > 0 && l.TS != 0 && l.Quality == ringstore.Good && s.Quality == ringstore.Good &&
+			math.Abs(s.Value-l.Value) < t.Deadband {
+			continue
+		}
+		d.last[i] = s
+		d.batch = append(d.batch, s)
+	}
+	if sink == nil || len(d.batch) == 0 {
+		return
+	}
+	if _, _, err := sink.Append(d.batch); err != nil {
+		d.log.Error("samples not stored", "err", err)
+	}
+}
+
+// logOutcome logs the first failure after a good poll and the recovery, not
+// every failure: a dead device must not flood the log.
+func (d *device) logOutcome(good bool, err error) {
+	switch {
+	case !good && !d.loggedErr:
+		d.log.Warn("poll failed", "err", err)
+		d.loggedErr = true
+	case good && d.loggedErr:
+		d.log.Info("poll good again")
+		d.loggedErr = false
+	}
+}

@@ -1,0 +1,400 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"edgegw/ringstore"
+	"edgegw/sim"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startFleet runs n simulated loggers until the test ends.
+func startFleet(t *testing.T, cfg sim.Config) *sim.Fleet {
+	t.Helper()
+	f, err := sim.NewFleet(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("fleet: %v", err)
+		}
+	})
+	return f
+}
+
+// newRing is a real ring with its own sequence directory.
+func newRing(t *testing.T, size int) *ringstore.Ring {
+	t.Helper()
+	seq, err := ringstore.OpenSequence(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ringstore.NewRing(size, seq)
+}
+
+// runSched runs s until the returned stop function is called (or the test
+// ends); stop waits for Run to return.
+func runSched(t *testing.T, s *Scheduler) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("scheduler: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitFor polls cond every few milliseconds until it holds or limit passes.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(2 * time.Millisecond) // poll interval of a condition check, not a synchronisation
+	}
+}
+
+func thTags() []Tag {
+	return []Tag{
+		{Name: "temperature", Register: Holding, Address: 0, Type: Int16, Scale: 0.1, Unit: "°C"},
+		{Name: "humidity", Register: Holding, Address: 1, Type: Uint16, Scale: 0.1, Unit: "%RH"},
+	}
+}
+
+func devCfg(name, transport, addr string, interval, timeout time.Duration, tags []Tag) DeviceConfig {
+	return DeviceConfig{Name: name, Transport: transport, Address: addr, Unit: 1, Interval: interval,
+		Timeout: timeout, Retries: 1, MaxGap: DefaultMaxGap, Tags: tags}
+}
+
+func latest(r *ringstore.Ring, dev string) map[string]ringstore.Sample {
+	out := map[string]ringstore.Sample{}
+	for _, s := range r.Snapshot().Latest {
+		if s.Device == dev {
+			out[s.Tag] = s
+		}
+	}
+	return out
+}
+
+// Every type, order and register kind, written into a simulated logger and
+// read back through the scheduler over real Modbus TCP.
+func TestPollDecodesEveryTypeOverTCP(t *testing.T) {
+	f := startFleet(t, sim.Config{Devices: 1, Transport: "tcp"})
+	l := f.Logger(0)
+	l.SetHolding(100, 0xff29)               // int16 -215
+	l.SetHolding(101, 0x5678, 0x1234)       // uint32 0x12345678 CDAB
+	l.SetHolding(103, 0x0000, 0x41ac)       // float32 21.5 CDAB
+	l.SetHolding(105, 0x4035, 0x8000, 0, 0) // float64 21.5 ABCD
+	l.SetHolding(109, 0xffff, 0xffff, 0, 0) // int64 -2^32 ABCD
+	l.SetHolding(113, 0x0100)               // bit 8 set
+	l.SetInput(20, 655)                     // uint16 on an input register
+	l.SetCoils(7, true)                     // coil 7
+	l.SetDiscrete(3, false, true)           // discrete 4
+	tags := []Tag{
+		{Name: "i16", Register: Holding, Address: 100, Type: Int16, Scale: 0.1},
+		{Name: "u32", Register: Holding, Address: 101, Type: Uint32, Order: CDAB},
+		{Name: "f32", Register: Holding, Address: 103, Type: Float32, Order: CDAB},
+		{Name: "f64", Register: Holding, Address: 105, Type: Float64, Offset: -1.5},
+		{Name: "i64", Register: Holding, Address: 109, Type: Int64},
+		{Name: "bit8", Register: Holding, Address: 113, Type: Bool, Bit: 8},
+		{Name: "bit0", Register: Holding, Address: 113, Type: Bool, Bit: 0},
+		{Name: "rh", Register: Input, Address: 20, Type: Uint16, Scale: 0.1},
+		{Name: "coil7", Register: Coil, Address: 7, Type: Bool},
+		{Name: "di4", Register: Discrete, Address: 4, Type: Bool},
+	}
+	ring := newRing(t, 100)
+	s, err := New(Config{Sink: ring, Devices: []DeviceConfig{devCfg("plc", TransportTCP, f.Addr(0), 50*time.Millisecond, time.Second, tags)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan := s.Plan()["plc"]; len(plan) != 4 { // holding 100+14, input 20+1, coil 7+1, discrete 4+1
+		t.Fatalf("plan: %v", plan)
+	}
+	runSched(t, s)
+	waitFor(t, 5*time.Second, "a good poll", func() bool { return s.devices[0].stats.GoodPolls.Load() > 0 })
+	got := latest(ring, "plc")
+	want := map[string]float64{"i16": -21.5, "u32": 0x12345678, "f32": 21.5, "f64": 20, "i64": -(1 << 32), "bit8": 1, "bit0": 0, "rh": 65.5, "coil7": 1, "di4": 1}
+	for name, w := range want {
+		g, ok := got[name]
+		if !ok || g.Quality != ringstore.Good || math.Abs(g.Value-w) > 1e-9 {
+			t.Errorf("%s: got %+v, want %v good", name, g, w)
+		}
+	}
+	if !got["coil7"].Bool || got["rh"].Bool {
+		t.Error("bool flag wrong")
+	}
+}
+
+// A reply that arrives after its request timed out must never be taken as
+// the answer to a later request (goburrow's TCP stale-reply trap). Two tags
+// in two reads carry different values; replies are randomly later than the
+// timeout; every good sample must still carry its own value.
+func TestLateTCPReplyNeverCorruptsLaterPoll(t *testing.T) {
+	f := startFleet(t, sim.Config{Devices: 1, Transport: "tcp", Faults: sim.Faults{Jitter: 60 * time.Millisecond}})
+	f.Logger(0).SetHolding(0, 1111)
+	f.Logger(0).SetHolding(500, 2222)
+	tags := []Tag{
+		{Name: "a", Register: Holding, Address: 0, Type: Uint16},
+		{Name: "b", Register: Holding, Address: 500, Type: Uint16},
+	}
+	ring := newRing(t, 10000)
+	dc := devCfg("d", TransportTCP, f.Addr(0), 80*time.Millisecond, 30*time.Millisecond, tags)
+	s, err := New(Config{Sink: ring, Devices: []DeviceConfig{dc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSched(t, s)
+	st := &s.devices[0].stats
+	defer func() { t.Logf("stats: %+v", st.Snapshot()) }()
+	waitFor(t, 20*time.Second, "timeouts and good polls", func() bool {
+		return st.Timeouts.Load() >= 10 && st.GoodPolls.Load() >= 10
+	})
+	res := ring.Since(0, nil)
+	var good int
+	for _, smp := range res.Samples {
+		if smp.Quality != ringstore.Good {
+			continue
+		}
+		good++
+		if (smp.Tag == "a" && smp.Value != 1111) || (smp.Tag == "b" && smp.Value != 2222) {
+			t.Fatalf("stale reply delivered as data: %+v", smp)
+		}
+	}
+	t.Logf("%d good samples, %d timeouts, %d reconnects", good, st.Timeouts.Load(), st.Reconnects.Load())
+}
+
+// One dead device and one 150 ms-slow device among 48: the others keep a
+// 100% valid sample rate.
+func TestDeadAndSlowDeviceDoNotDisturbOthers(t *testing.T) {
+	f := startFleet(t, sim.Config{Devices: 48, Transport: "tcp"})
+	f.Logger(0).Stop()                                               // dead
+	f.Logger(1).SetFaults(sim.Faults{Delay: 150 * time.Millisecond}) // slow
+	ring := newRing(t, 1000)
+	var devs []DeviceConfig
+	for i := 0; i < 48; i++ {
+		devs = append(devs, devCfg(fmt.Sprintf("logger-%02d", i+1), TransportTCP, f.Addr(i), 250*time.Millisecond, 200*time.Millisecond, thTags()))
+	}
+	s, err := New(Config{Sink: ring, Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runSched(t, s)
+	waitFor(t, 20*time.Second, "10 polls of every device", func() bool {
+		for _, d := range s.devices[2:] {
+			if d.stats.Polls.Load() < 10 {
+				return false
+			}
+		}
+		return true
+	})
+	stop()
+	for _, d := range s.devices[2:] {
+		sn := d.stats.Snapshot()
+		if sn.ValidRate() != 1 {
+			t.Errorf("%s: valid rate %.4f (polls %d good %d overruns %d timeouts %d)", d.cfg.Name, sn.ValidRate(), sn.Polls, sn.GoodPolls, sn.Overruns, sn.Timeouts)
+		}
+	}
+	if sn := s.devices[1].stats.Snapshot(); sn.GoodPolls == 0 {
+		t.Errorf("slow device never good: %+v", sn)
+	}
+	if sn := s.devices[0].stats.Snapshot(); sn.GoodPolls != 0 || !sn.Demoted {
+		t.Errorf("dead device: good %d demoted %v", sn.GoodPolls, sn.Demoted)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// closeWait counts sockets in CLOSE_WAIT (state 08) in /proc/net/tcp.
+func closeWait(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		if fields := strings.Fields(line); len(fields) > 3 && fields[3] == "08" {
+			n++
+		}
+	}
+	return n
+}
+
+// A device restarted 200 times: after each restart the next poll already
+// gets an answer (the broken connection is redialled at once), and open
+// descriptors and goroutines return to their baseline.
+func TestDeviceRestarted200Times(t *testing.T) {
+	f := startFleet(t, sim.Config{Devices: 1, Transport: "tcp"})
+	ring := newRing(t, 100)
+	iv := 30 * time.Millisecond
+	s, err := New(Config{Sink: ring, Devices: []DeviceConfig{devCfg("d", TransportTCP, f.Addr(0), iv, 25*time.Millisecond, thTags())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &s.devices[0].stats
+	baseFD, baseG := openFDs(t), runtime.NumGoroutine()
+	stop := runSched(t, s)
+	waitFor(t, 5*time.Second, "first good poll", func() bool { return st.GoodPolls.Load() > 0 })
+	var worst uint64
+	hist := map[uint64]int{}
+	for i := 0; i < 200; i++ {
+		if err := f.Logger(0).Restart(); err != nil {
+			t.Fatal(err)
+		}
+		polls := st.Polls.Load()
+		good := st.GoodPolls.Load()
+		waitFor(t, 5*time.Second, fmt.Sprintf("good poll after restart %d", i), func() bool { return st.GoodPolls.Load() > good })
+		// polls started after the restart until one was good (the one in
+		// flight during the restart may fail too)
+		worst = max(worst, st.Polls.Load()-polls)
+		hist[st.Polls.Load()-polls]++
+	}
+	t.Logf("polls until good after a restart: %v", hist)
+	if worst > 2 {
+		t.Errorf("a restart cost up to %d polls; want the next poll to reconnect", worst)
+	}
+	if st.Reconnects.Load() < 200 {
+		t.Errorf("reconnects %d < 200", st.Reconnects.Load())
+	}
+	stop()
+	waitFor(t, 5*time.Second, "descriptors and goroutines back to baseline", func() bool {
+		return openFDs(t) <= baseFD && runtime.NumGoroutine() <= baseG+1 // +1: the fleet's own goroutines started before baseline are counted; sim restarts add none
+	})
+	if n := closeWait(t); n > 0 {
+		t.Errorf("%d sockets in CLOSE_WAIT", n)
+	}
+}
+
+// A device that refuses large reads (exception 2) gets its reads split and
+// its limit remembered; values come through.
+func TestIllegalAddressSplitsReads(t *testing.T) {
+	f := startFleet(t, sim.Config{Devices: 1, Transport: "tcp", MaxRead: 2})
+	for a := uint16(0); a < 6; a++ {
+		f.Logger(0).SetHolding(a+100, 10+a)
+	}
+	var tags []Tag
+	for a := uint16(0); a < 6; a++ {
+		tags = append(tags, Tag{Name: fmt.Sprintf("r%d", a), Register: Holding, Address: 100 + a, Type: Uint16})
+	}
+	ring := newRing(t, 100)
+	s, err := New(Config{Sink: ring, Devices: []DeviceConfig{devCfg("d", TransportTCP, f.Addr(0), 50*time.Millisecond, time.Second, tags)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSched(t, s)
+	d := s.devices[0]
+	waitFor(t, 5*time.Second, "a good poll", func() bool { return d.stats.GoodPolls.Load() > 0 })
+	for _, r := range s.Plan()["d"] {
+		if r.Quantity > 2 {
+			t.Errorf("read %v still larger than the device allows", r)
+		}
+	}
+	got := latest(ring, "d")
+	for a := 0; a < 6; a++ {
+		if g := got[fmt.Sprintf("r%d", a)]; g.Quality != ringstore.Good || g.Value != float64(10+a) {
+			t.Errorf("r%d: %+v", a, g)
+		}
+	}
+	if d.stats.Exceptions.Load() == 0 {
+		t.Error("no exception counted")
+	}
+}
+
+// A device that stops answering is demoted after DemoteAfter polls, polled
+// less often, and promoted at its first answer.
+func TestDemoteAndPromote(t *testing.T) {
+	f := startFleet(t, sim.Config{Devices: 1, Transport: "tcp"})
+	ring := newRing(t, 100)
+	s, err := New(Config{Sink: ring, Devices: []DeviceConfig{devCfg("d", TransportTCP, f.Addr(0), 20*time.Millisecond, 10*time.Millisecond, thTags())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSched(t, s)
+	st := &s.devices[0].stats
+	waitFor(t, 5*time.Second, "good poll", func() bool { return st.GoodPolls.Load() > 0 })
+	f.Logger(0).Stop()
+	waitFor(t, 5*time.Second, "demotion", func() bool { return st.Demoted.Load() })
+	waitFor(t, 5*time.Second, "skipped windows", func() bool { return st.Skipped.Load() > 3 })
+	if err := f.Logger(0).Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "promotion", func() bool { return !st.Demoted.Load() })
+	if st.Demotions.Load() != 1 {
+		t.Errorf("demotions = %d", st.Demotions.Load())
+	}
+}
+
+// A poll that takes longer than the interval skips windows (overruns) and
+// never stacks: polls started stay at about elapsed/poll time.
+func TestOverrunSkipsInsteadOfStacking(t *testing.T) {
+	f := startFleet(t, sim.Config{Devices: 1, Transport: "tcp", Faults: sim.Faults{Delay: 70 * time.Millisecond}})
+	ring := newRing(t, 100)
+	s, err := New(Config{Sink: ring, Devices: []DeviceConfig{devCfg("d", TransportTCP, f.Addr(0), 20*time.Millisecond, time.Second, thTags())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runSched(t, s)
+	st := &s.devices[0].stats
+	waitFor(t, 10*time.Second, "overruns", func() bool { return st.Overruns.Load() >= 10 })
+	stop()
+	sn := st.Snapshot()
+	// every poll takes >= 70 ms, windows are 20 ms: at least 2 windows skipped per poll
+	if sn.Overruns < 2*sn.Polls-2 {
+		t.Errorf("polls %d overruns %d: windows were not skipped", sn.Polls, sn.Overruns)
+	}
+	if sn.GoodPolls != 0 {
+		t.Errorf("%d polls counted valid although every one overran its window", sn.GoodPolls)
+	}
+	if sn.Requests != sn.Polls { // one read per poll, no retry (the reply came, late)
+		t.Errorf("requests %d != polls %d: polls stacked or retried", sn.Requests, sn.Polls)
+	}
+}
+
+func TestStaggeredStart(t *testing.T) {
+	var devs []DeviceConfig
+	for i := 0; i < 4; i++ {
+		devs = append(devs, devCfg(fmt.Sprint(i), TransportTCP, "127.0.0.1:1", time.Second, 100*time.Millisecond, thTags()))
+	}
+	s, err := New(Config{Devices: devs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range s.devices {
+		if want := time.Duration(i) * 250 * time.Millisecond; d.offset != want {
+			t.Errorf("device %d offset %v, want %v", i, d.offset, want)
+		}
+	}
+}

@@ -1,0 +1,229 @@
+package web
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"edgegw/stats"
+)
+
+// GET /metrics: Prometheus text exposition format 0.0.4, written by hand.
+// Every family has a HELP and a TYPE line; label values are escaped
+// (\\, \", \n); histogram buckets are cumulative and the +Inf bucket equals
+// _count (both are computed from the same copy of the per-bucket counts).
+//
+//	# HELP edgegw_device_rtt_seconds Round trip of one Modbus request (good responses).
+//	# TYPE edgegw_device_rtt_seconds histogram
+//	edgegw_device_rtt_seconds_bucket{device="logger-01",le="5e-05"} 0
+//	…
+//	edgegw_device_rtt_seconds_bucket{device="logger-01",le="+Inf"} 3596
+//	edgegw_device_rtt_seconds_sum{device="logger-01"} 1.4384
+//	edgegw_device_rtt_seconds_count{device="logger-01"} 3596
+//	# HELP edgegw_device_requests_total Modbus requests sent (retries included).
+//	# TYPE edgegw_device_requests_total counter
+//	edgegw_device_requests_total{device="logger-01"} 3600
+
+const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
+
+type promWriter struct{ b []byte }
+
+func (p *promWriter) family(name, typ, help string) {
+	p.b = append(p.b, "# HELP "...)
+	p.b = append(p.b, name...)
+	p.b = append(p.b, ' ')
+	p.b = append(p.b, strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(help)...)
+	p.b = append(p.b, "\n# TYPE "...)
+	p.b = append(p.b, name...)
+	p.b = append(p.b, ' ')
+	p.b = append(p.b, typ...)
+	p.b = append(p.b, '\n')
+}
+
+// sample writes name{k1="v1",…} value; labels alternate name, value.
+func (p *promWriter) sample(name string, v float64, labels ...string) {
+	p.b = append(p.b, name...)
+	if len(labels) > 0 {
+		p.b = append(p.b, '{')
+		for i := 0; i+1 < len(labels); i += 2 {
+			if i > 0 {
+				p.b = append(p.b, ',')
+			}
+			p.b = append(p.b, labels[i]...)
+			p.b = append(p.b, `="`...)
+			p.b = appendLabelValue(p.b, labels[i+1])
+			p.b = append(p.b, '"')
+		}
+		p.b = append(p.b, '}')
+	}
+	p.b = append(p.b, ' ')
+	p.b = appendFloat(p.b, v)
+	p.b = append(p.b, '\n')
+}
+
+func appendLabelValue(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\':
+			b = append(b, `\\`...)
+		case '"':
+			b = append(b, `\"`...)
+		case '\n':
+			b = append(b, `\n`...)
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
+func appendFloat(b []byte, v float64) []byte {
+	switch {
+	case math.IsInf(v, 1):
+		return append(b, "+Inf"...)
+	case math.IsInf(v, -1):
+		return append(b, "-Inf"...)
+	case math.IsNaN(v):
+		return append(b, "NaN"...)
+	}
+	return strconv.AppendFloat(b, v, 'g', -1, 64)
+}
+
+func (p *promWriter) histogram(name, help string, devs []deviceSnap, get func(*stats.Snapshot) stats.HistogramSnapshot) {
+	p.family(name, "histogram", help)
+	for i := range devs {
+		h := get(&devs[i].st)
+		dev := devs[i].info.Name
+		var cum uint64
+		for j, c := range h.Counts {
+			cum += c
+			le := "+Inf"
+			if j < len(stats.BucketBounds) {
+				le = strconv.FormatFloat(stats.BucketBounds[j]/1e6, 'g', -1, 64)
+			}
+			p.sample(name+"_bucket", float64(cum), "device", dev, "le", le)
+		}
+		p.sample(name+"_sum", float64(h.SumUS)/1e6, "device", dev)
+		p.sample(name+"_count", float64(cum), "device", dev)
+	}
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	body := s.appendMetrics(make([]byte, 0, 64<<10), time.Now())
+	h := w.Header()
+	h.Set("Content-Type", metricsContentType)
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// appendMetrics writes the whole exposition.
+func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
+	p := &promWriter{b: b}
+	devs := s.devices()
+
+	p.family("edgegw_build_info", "gauge", "Gateway identity; the value is always 1.")
+	p.sample("edgegw_build_info", 1, "gateway", s.cfg.GatewayID, "version", s.cfg.Version)
+	p.family("edgegw_uptime_seconds", "gauge", "Seconds since the web server was built.")
+	p.sample("edgegw_uptime_seconds", now.Sub(s.started).Seconds())
+	p.family("edgegw_ring_sequence", "gauge", "Last sequence number appended to the ring.")
+	p.sample("edgegw_ring_sequence", float64(s.cfg.Ring.Snapshot().Seq))
+
+	p.histogram("edgegw_device_rtt_seconds", "Round trip of one Modbus request (good responses).", devs,
+		func(st *stats.Snapshot) stats.HistogramSnapshot { return st.RTT })
+	p.histogram("edgegw_device_poll_cycle_seconds", "Duration of one whole poll of a device (retries included).", devs,
+		func(st *stats.Snapshot) stats.HistogramSnapshot { return st.Cycle })
+
+	counters := []struct {
+		name, help string
+		get        func(*stats.Snapshot) uint64
+	}{
+		{"edgegw_device_requests_total", "Modbus requests sent (retries included).", func(s *stats.Snapshot) uint64 { return s.Requests }},
+		{"edgegw_device_responses_total", "Valid responses matched to their request.", func(s *stats.Snapshot) uint64 { return s.Responses }},
+		{"edgegw_device_timeouts_total", "Requests that got no answer in time.", func(s *stats.Snapshot) uint64 { return s.Timeouts }},
+		{"edgegw_device_exceptions_total", "Modbus exception replies.", func(s *stats.Snapshot) uint64 { return s.Exceptions }},
+		{"edgegw_device_errors_total", "Other failures: transport, malformed, wrong length.", func(s *stats.Snapshot) uint64 { return s.Errors }},
+		{"edgegw_device_reconnects_total", "TCP redials and serial reopens.", func(s *stats.Snapshot) uint64 { return s.Reconnects }},
+		{"edgegw_device_late_responses_total", "Responses that came after their request gave up.", func(s *stats.Snapshot) uint64 { return s.Late }},
+		{"edgegw_device_duplicate_responses_total", "Second responses to one request.", func(s *stats.Snapshot) uint64 { return s.Duplicates }},
+		{"edgegw_device_dropped_frames_total", "Frames dropped: unknown source, malformed, wrong unit.", func(s *stats.Snapshot) uint64 { return s.Dropped }},
+		{"edgegw_device_polls_total", "Scheduled polls started.", func(s *stats.Snapshot) uint64 { return s.Polls }},
+		{"edgegw_device_good_polls_total", "Polls that produced good samples within their interval.", func(s *stats.Snapshot) uint64 { return s.GoodPolls }},
+		{"edgegw_device_overruns_total", "Ticks skipped because the previous poll was still running.", func(s *stats.Snapshot) uint64 { return s.Overruns }},
+		{"edgegw_device_demotions_total", "Times the device was demoted.", func(s *stats.Snapshot) uint64 { return s.Demotions }},
+	}
+	for _, c := range counters {
+		p.family(c.name, "counter", c.help)
+		for i := range devs {
+			p.sample(c.name, float64(c.get(&devs[i].st)), "device", devs[i].info.Name)
+		}
+	}
+	gauges := []struct {
+		name, help string
+		get        func(*deviceSnap) float64
+	}{
+		{"edgegw_device_loss_ratio", "Share of requests without a valid response (0..1).", func(d *deviceSnap) float64 { return d.st.LossRate() }},
+		{"edgegw_device_valid_sample_ratio", "Share of scheduled polls that produced a good sample in time (0..1).", func(d *deviceSnap) float64 { return d.st.ValidRate() }},
+		{"edgegw_device_demoted", "1 while the device is polled at a reduced rate.", func(d *deviceSnap) float64 { return b2f(d.st.Demoted) }},
+		{"edgegw_device_up", "1 when the device state is ok.", func(d *deviceSnap) float64 { return b2f(deviceState(d.info, d.st, now) == "ok") }},
+		{"edgegw_device_last_good_timestamp_seconds", "Unix time of the last good poll, 0 if never.", func(d *deviceSnap) float64 { return float64(d.st.LastGoodUS) / 1e6 }},
+	}
+	for _, g := range gauges {
+		p.family(g.name, "gauge", g.help)
+		for i := range devs {
+			p.sample(g.name, g.get(&devs[i]), "device", devs[i].info.Name)
+		}
+	}
+
+	st := s.Stats()
+	ms := [nMethods]MethodStats{mShort: st.ShortPolling, mLong: st.LongPolling, mWS: st.WebSocket}
+	p.family("edgegw_web_clients", "gauge", "Clients now: short polls in flight, long polls waiting, WebSocket connections.")
+	for m := range nMethods {
+		p.sample("edgegw_web_clients", float64(ms[m].Active), "method", methodNames[m])
+	}
+	p.family("edgegw_web_served_total", "counter", "Requests answered and WebSocket connections ended, per method.")
+	for m := range nMethods {
+		p.sample("edgegw_web_served_total", float64(ms[m].Served), "method", methodNames[m])
+	}
+	p.family("edgegw_web_rejected_total", "counter", "Requests refused with 503 beyond max_clients, per method.")
+	for m := range nMethods {
+		p.sample("edgegw_web_rejected_total", float64(ms[m].Rejected), "method", methodNames[m])
+	}
+	p.family("edgegw_web_too_large_total", "counter", "Requests refused because their body exceeded the limit.")
+	p.sample("edgegw_web_too_large_total", float64(st.TooLarge))
+	p.family("edgegw_web_ws_dropped_total", "counter", "WebSocket clients dropped because their queue was full.")
+	p.sample("edgegw_web_ws_dropped_total", float64(st.WSDropped))
+	p.family("edgegw_web_ws_frames_sent_total", "counter", "Data frames written to WebSocket clients.")
+	p.sample("edgegw_web_ws_frames_sent_total", float64(st.WSFramesSent))
+
+	if s.cfg.Upstream != nil {
+		u := s.upstream(now)
+		p.family("edgegw_upstream_path", "gauge", "1 for the upstream path in use, 0 for the others.")
+		for _, path := range []string{stats.PathOff, stats.PathWebSocket, stats.PathMQTT, stats.PathBuffering, stats.PathUnauthorized} {
+			p.sample("edgegw_upstream_path", b2f(u.Path == path), "path", path)
+		}
+		p.family("edgegw_upstream_queue_samples", "gauge", "Samples waiting for an upstream acknowledgement.")
+		p.sample("edgegw_upstream_queue_samples", float64(u.QueueSamples))
+		p.family("edgegw_upstream_queue_bytes", "gauge", "Bytes those samples take in the durable queue.")
+		p.sample("edgegw_upstream_queue_bytes", float64(u.QueueBytes))
+		p.family("edgegw_upstream_oldest_unacked_age_seconds", "gauge", "Age of the oldest unacknowledged sample, 0 if none.")
+		p.sample("edgegw_upstream_oldest_unacked_age_seconds", u.OldestUnackAgeS)
+		p.family("edgegw_upstream_dropped_total", "counter", "Samples dropped because the durable queue hit its bound.")
+		p.sample("edgegw_upstream_dropped_total", float64(u.Dropped))
+		p.family("edgegw_upstream_reconnects_total", "counter", "Upstream WebSocket and MQTT reconnects.")
+		p.sample("edgegw_upstream_reconnects_total", float64(u.Reconnects))
+		p.family("edgegw_upstream_sent_total", "counter", "Samples acknowledged upstream, per path.")
+		p.sample("edgegw_upstream_sent_total", float64(u.SentWS), "path", stats.PathWebSocket)
+		p.sample("edgegw_upstream_sent_total", float64(u.SentMQTT), "path", stats.PathMQTT)
+	}
+	return p.b
+}

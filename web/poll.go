@@ -1,0 +1,151 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"edgegw/ringstore"
+)
+
+// Wire layouts of the polling endpoints (samples as ringstore.Sample.AppendJSON writes them):
+//
+//	GET /api/shortPolling
+//	200 {"seq":1042,"tags":[{"seq":1041,"device":"logger-01","tag":"humidity","value":45.2,"quality":"good","ts":1764450000123456},…]}
+//	    seq: the ring's last sequence; tags: latest sample of every tag, sorted by device then tag.
+//
+//	GET /api/longPolling?lastSequence=1040
+//	200 {"seq":1042,"reset":false,"samples":[{"seq":1041,…},{"seq":1042,…}]}   every sample > 1040, oldest first
+//	200 {"seq":1042,"reset":false,"samples":[]}                                 nothing new within LongPollTimeout (or shutdown)
+//	200 {"seq":1042,"reset":true,"samples":[…latest of every tag…]}            1040 fell out of the ring or is ahead of the gateway
+//	400 {"error":"query parameter lastSequence: \"x\" is not a non-negative integer"}
+//	503 {"error":"too many longPolling clients"}                               with Retry-After: 1
+//
+// A client passes the returned seq as the next lastSequence.
+
+// encodedSnapshot caches the shortPolling body of one immutable Snapshot.
+type encodedSnapshot struct {
+	snap *ringstore.Snapshot
+	body []byte
+}
+
+var (
+	bufPool     = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+	samplesPool = sync.Pool{New: func() any { s := make([]ringstore.Sample, 0, 256); return &s }}
+)
+
+// shortBody returns the shortPolling body for the ring's current snapshot,
+// encoding it once per snapshot whatever the number of readers.
+func (s *Server) shortBody() []byte {
+	snap := s.cfg.Ring.Snapshot()
+	if e := s.short.Load(); e != nil && e.snap == snap {
+		return e.body
+	}
+	s.shortMu.Lock()
+	defer s.shortMu.Unlock()
+	if e := s.short.Load(); e != nil && e.snap == snap {
+		return e.body
+	}
+	b := make([]byte, 0, 32+len(snap.Latest)*112)
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendUint(b, snap.Seq, 10)
+	b = append(b, `,"tags":`...)
+	b = ringstore.AppendJSONArray(b, snap.Latest)
+	b = append(b, "}\n"...)
+	s.short.Store(&encodedSnapshot{snap: snap, body: b})
+	return b
+}
+
+func (s *Server) handleShort(w http.ResponseWriter, r *http.Request) {
+	if !s.acquire(w, mShort) {
+		return
+	}
+	defer s.release(mShort)
+	writeJSON(w, http.StatusOK, s.shortBody())
+}
+
+// parseLastSequence reads the lastSequence query parameter.
+func parseLastSequence(r *http.Request) (uint64, string) {
+	vals, ok := r.URL.Query()["lastSequence"]
+	if !ok || len(vals) == 0 || vals[0] == "" {
+		return 0, "missing query parameter lastSequence (the seq of the last reply, 0 at first)"
+	}
+	n, err := strconv.ParseUint(vals[0], 10, 64)
+	if err != nil {
+		return 0, "query parameter lastSequence: " + strconv.Quote(vals[0]) + " is not a non-negative integer"
+	}
+	return n, ""
+}
+
+func (s *Server) handleLong(w http.ResponseWriter, r *http.Request) {
+	after, msg := parseLastSequence(r)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	if !s.acquire(w, mLong) {
+		return
+	}
+	defer s.release(mLong)
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	body, ok := s.longPoll(r.Context(), after, (*bp)[:0])
+	if !ok {
+		return // the client went away
+	}
+	*bp = body
+	writeJSON(w, http.StatusOK, body)
+}
+
+// longPoll appends the reply to a long poll after sequence `after` to dst.
+// It waits (one timer, one channel receive, no polling) until the ring has a
+// sample newer than after, LongPollTimeout passes or the server shuts down.
+// ok is false when ctx ended first (nothing to write).
+func (s *Server) longPoll(ctx context.Context, after uint64, dst []byte) (_ []byte, ok bool) {
+	var (
+		timeout <-chan time.Time
+		final   bool // timed out or shutting down: answer with whatever is there now
+	)
+	for {
+		sp := samplesPool.Get().(*[]ringstore.Sample)
+		res := s.cfg.Ring.Since(after, (*sp)[:0])
+		switch {
+		case res.Reset:
+			samplesPool.Put(sp)
+			snap := s.cfg.Ring.Snapshot()
+			return appendLong(dst, snap.Seq, true, snap.Latest), true
+		case len(res.Samples) > 0 || final:
+			dst = appendLong(dst, res.Seq, false, res.Samples)
+			*sp = res.Samples[:0]
+			samplesPool.Put(sp)
+			return dst, true
+		}
+		samplesPool.Put(sp)
+		if timeout == nil {
+			t := time.NewTimer(s.cfg.LongPollTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-res.Wait:
+		case <-timeout:
+			final = true
+		case <-s.shutdown:
+			final = true
+		case <-ctx.Done():
+			return dst, false
+		}
+	}
+}
+
+func appendLong(b []byte, seq uint64, reset bool, samples []ringstore.Sample) []byte {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, `,"reset":`...)
+	b = strconv.AppendBool(b, reset)
+	b = append(b, `,"samples":`...)
+	b = ringstore.AppendJSONArray(b, samples)
+	return append(b, "}\n"...)
+}

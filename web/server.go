@@ -1,0 +1,396 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"edgegw/ringstore"
+	"edgegw/stats"
+
+	"github.com/gorilla/websocket"
+)
+
+// Ring is what web reads from the ring store.
+type Ring interface {
+	Since(after uint64, dst []ringstore.Sample) ringstore.Result
+	Snapshot() *ringstore.Snapshot
+}
+
+var _ Ring = (*ringstore.Ring)(nil)
+
+// Devices lists the polled devices with their live records (edge's scheduler).
+type Devices interface {
+	Devices() []stats.Entry
+}
+
+// Defaults for the zero values of Config.
+const (
+	DefaultListen          = "127.0.0.1:8080"
+	DefaultLongPollTimeout = 30 * time.Second
+	DefaultMaxClients      = 5000
+	DefaultMaxRequestBytes = 64 << 10
+	DefaultWSQueue         = 64
+	DefaultWSWriteTimeout  = 5 * time.Second
+	DefaultWSPingInterval  = 20 * time.Second
+	DefaultWSReadLimit     = 4 << 10
+)
+
+// Config is the server's configuration; its zero value means "defaults".
+type Config struct {
+	Listen          string        // "127.0.0.1:8080"; ":0" picks a port
+	LongPollTimeout time.Duration // 30s: a long poll with nothing new returns an empty list after this
+	// MaxClients bounds each method separately: short polls in flight, long
+	// polls waiting, WebSocket connections open. Beyond it: 503 + Retry-After: 1.
+	MaxClients      int
+	MaxRequestBytes int64 // 64 KiB: request headers (MaxHeaderBytes) and bodies (413)
+
+	ReadHeaderTimeout time.Duration // 10s
+	IdleTimeout       time.Duration // 120s
+	WriteTimeout      time.Duration // LongPollTimeout + 10s; raised to that if set lower
+	ShutdownTimeout   time.Duration // 5s: bound of the graceful part of shutdown
+
+	AllowedOrigins []string // WebSocket upgrade and CORS allow-list ("http://host:port", "*"); empty = same origin only
+
+	WSQueue        int           // 64 frames per client; a full queue drops the client
+	WSWriteTimeout time.Duration // 5s per frame
+	WSPingInterval time.Duration // 20s; the read deadline is 2 pings + WSWriteTimeout
+	WSReadLimit    int64         // 4 KiB per client message
+
+	GatewayID, Version string // shown on the page, /api/status and /healthz
+
+	Ring     Ring            // required
+	Devices  Devices         // nil: no devices
+	Upstream *stats.Upstream // nil: no upstream configured
+
+	Logger *slog.Logger // nil: discard
+}
+
+func (c *Config) fill() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.LongPollTimeout <= 0 {
+		c.LongPollTimeout = DefaultLongPollTimeout
+	}
+	if c.MaxClients <= 0 {
+		c.MaxClients = DefaultMaxClients
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 120 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 5 * time.Second
+	}
+	if c.WSQueue <= 0 {
+		c.WSQueue = DefaultWSQueue
+	}
+	if c.WSWriteTimeout <= 0 {
+		c.WSWriteTimeout = DefaultWSWriteTimeout
+	}
+	if c.WSPingInterval <= 0 {
+		c.WSPingInterval = DefaultWSPingInterval
+	}
+	if c.WSReadLimit <= 0 {
+		c.WSReadLimit = DefaultWSReadLimit
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// method indexes the per-method counters.
+type method int
+
+const (
+	mShort method = iota
+	mLong
+	mWS
+	nMethods
+)
+
+var methodNames = [nMethods]string{mShort: "shortPolling", mLong: "longPolling", mWS: "websocket"}
+
+type methodCounters struct {
+	active   atomic.Int64
+	served   atomic.Uint64
+	rejected atomic.Uint64
+}
+
+// MethodStats counts one delivery method.
+type MethodStats struct {
+	Active   int64  // in flight (short), waiting (long), connected (ws)
+	Served   uint64 // requests answered / connections upgraded
+	Rejected uint64 // refused with 503 beyond MaxClients (or during shutdown)
+}
+
+// ClientStats is a copy of the server's client counters.
+type ClientStats struct {
+	ShortPolling, LongPolling, WebSocket MethodStats
+	WSDropped                            uint64 // WebSocket clients dropped because their queue was full
+	WSFramesSent                         uint64 // data frames written to WebSocket clients
+	TooLarge                             uint64 // requests refused with 413/431
+}
+
+// Server is the local HTTP server. Build it with New.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	handler http.Handler
+	up      websocket.Upgrader
+	started time.Time
+	origins map[string]bool
+	anyOrig bool
+
+	methods  [nMethods]methodCounters
+	wsDrops  atomic.Uint64
+	wsFrames atomic.Uint64
+	tooLarge atomic.Uint64
+
+	short   atomic.Pointer[encodedSnapshot] // shortPolling body cache, keyed by *Snapshot
+	shortMu sync.Mutex                      // serialises re-encoding on a cache miss (no I/O under it)
+
+	hub hub
+
+	shutdown     chan struct{} // closed when Serve's ctx is done: long polls return, ws clients close
+	shutdownOnce sync.Once
+
+	mu      sync.Mutex
+	ln      net.Listener
+	closing bool           // no new WebSocket handlers
+	wsWG    sync.WaitGroup // WebSocket handlers (hijacked: http.Server does not track them)
+	served  bool
+}
+
+// New fills cfg's defaults and builds the server. It starts no goroutine.
+func New(cfg Config) *Server {
+	cfg.fill()
+	if cfg.Ring == nil {
+		panic("web: Config.Ring is nil")
+	}
+	if cfg.WriteTimeout <= cfg.LongPollTimeout {
+		if cfg.WriteTimeout > 0 {
+			cfg.Logger.Warn("web: write timeout must exceed the long-poll timeout; raised",
+				"write_timeout", cfg.WriteTimeout, "long_poll_timeout", cfg.LongPollTimeout)
+		}
+		cfg.WriteTimeout = cfg.LongPollTimeout + 10*time.Second
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		started:  time.Now(),
+		origins:  make(map[string]bool),
+		shutdown: make(chan struct{}),
+	}
+	for _, o := range cfg.AllowedOrigins {
+		if o == "*" {
+			s.anyOrig = true
+		}
+		s.origins[strings.ToLower(strings.TrimRight(o, "/"))] = true
+	}
+	s.hub.clients = make(map[*wsClient]struct{})
+	s.up = websocket.Upgrader{
+		HandshakeTimeout:  cfg.ReadHeaderTimeout,
+		ReadBufferSize:    1024,
+		WriteBufferSize:   4096,
+		WriteBufferPool:   &sync.Pool{}, // idle connections hold no write buffer
+		CheckOrigin:       s.checkOrigin,
+		EnableCompression: false,
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.handlePage)
+	mux.HandleFunc("GET /api/shortPolling", s.handleShort)
+	mux.HandleFunc("GET /api/longPolling", s.handleLong)
+	mux.HandleFunc("GET /api/ws", s.handleWS)
+	mux.HandleFunc("GET /api/devices", s.handleDevices)
+	mux.HandleFunc("GET /api/status", s.handleStatus)
+	mux.HandleFunc("GET /healthz", s.handleHealth)
+	mux.HandleFunc("GET /metrics", s.handleMetrics)
+	s.handler = s.guard(mux)
+	return s
+}
+
+// Handler is the server's routes with its request bounds (body size, CORS).
+// Serve uses it; tests and main may mount it elsewhere, but the WebSocket hub
+// only runs inside Serve.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Listen binds cfg.Listen (":0" allowed) and returns the real address. Serve
+// calls it when it was not called before.
+func (s *Server) Listen() (net.Addr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return s.ln.Addr(), nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("web: listen %s: %w", s.cfg.Listen, err)
+	}
+	s.ln = ln
+	return ln.Addr(), nil
+}
+
+// Serve serves HTTP and runs the WebSocket hub until ctx is done, then shuts
+// down gracefully within ShutdownTimeout: long polls return at once with what
+// they have, WebSocket clients get a close frame (1001 going away). It returns
+// after every goroutine it started has exited. It may be called once.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	if s.served {
+		s.mu.Unlock()
+		return errors.New("web: Serve called twice")
+	}
+	s.served = true
+	s.mu.Unlock()
+	if _, err := s.Listen(); err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		MaxHeaderBytes:    int(s.cfg.MaxRequestBytes),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	hubCtx, stopHub := context.WithCancel(context.Background())
+	hubDone := make(chan struct{})
+	go func() {
+		defer close(hubDone)
+		s.runHub(hubCtx)
+	}()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(s.ln) }()
+	s.log.Info("web: serving", "addr", s.ln.Addr().String())
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("web: serve %s: %w", s.ln.Addr(), err)
+		serveErr <- nil
+	}
+	s.shutdownOnce.Do(func() { close(s.shutdown) })
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	if serr := srv.Shutdown(sctx); serr != nil {
+		s.log.Warn("web: graceful shutdown incomplete; closing", "err", serr)
+		_ = srv.Close()
+	}
+	cancel()
+	<-serveErr
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.wsWG.Wait() // writers saw s.shutdown: each sends a close frame (bounded by WSWriteTimeout)
+	stopHub()
+	<-hubDone
+	return err
+}
+
+// Stats copies the client counters.
+func (s *Server) Stats() ClientStats {
+	get := func(m method) MethodStats {
+		c := &s.methods[m]
+		return MethodStats{Active: c.active.Load(), Served: c.served.Load(), Rejected: c.rejected.Load()}
+	}
+	return ClientStats{
+		ShortPolling: get(mShort), LongPolling: get(mLong), WebSocket: get(mWS),
+		WSDropped: s.wsDrops.Load(), WSFramesSent: s.wsFrames.Load(), TooLarge: s.tooLarge.Load(),
+	}
+}
+
+// acquire takes a slot of method m; false (and a 503 written) beyond MaxClients.
+func (s *Server) acquire(w http.ResponseWriter, m method) bool {
+	c := &s.methods[m]
+	if c.active.Add(1) > int64(s.cfg.MaxClients) {
+		c.active.Add(-1)
+		c.rejected.Add(1)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "too many "+methodNames[m]+" clients")
+		return false
+	}
+	return true
+}
+
+func (s *Server) release(m method) {
+	s.methods[m].active.Add(-1)
+	s.methods[m].served.Add(1)
+}
+
+// guard applies the request bounds every route shares: bodies beyond
+// MaxRequestBytes are refused (413) or cut (MaxBytesReader), and CORS headers
+// are set for allowed cross origins.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > s.cfg.MaxRequestBytes {
+			s.tooLarge.Add(1)
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusRequestEntityTooLarge,
+				"request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes exceeds "+strconv.FormatInt(s.cfg.MaxRequestBytes, 10))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes)
+		if o := r.Header.Get("Origin"); o != "" && !sameOrigin(o, r.Host) && s.allowed(o) {
+			w.Header().Set("Access-Control-Allow-Origin", o)
+			w.Header().Add("Vary", "Origin")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) allowed(origin string) bool {
+	return s.anyOrig || s.origins[strings.ToLower(strings.TrimRight(origin, "/"))]
+}
+
+// checkOrigin: no Origin (not a browser) or same origin, else the allow-list.
+func (s *Server) checkOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" || sameOrigin(o, r.Host) {
+		return true
+	}
+	return s.allowed(o)
+}
+
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	return strings.EqualFold(u.Host, host)
+}
+
+// Error replies: {"error":"message"}.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	writeJSON(w, code, append(b, '\n'))
+}
+
+func writeJSON(w http.ResponseWriter, code int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}

@@ -1,0 +1,409 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"edgegw/ringstore"
+
+	"github.com/gorilla/websocket"
+)
+
+// WebSocket wire layout (GET /api/ws, text frames, one JSON object each):
+//
+//	server → client, first frame:
+//	  {"type":"snapshot","seq":1042,"reset":false,"samples":[…latest of every tag…]}
+//	server → client, then one frame per ring batch (several when the hub lags):
+//	  {"type":"samples","seq":1045,"samples":[{"seq":1043,…},{"seq":1044,…},{"seq":1045,…}]}
+//	client → server, to resume after a reconnect (N = the last seq it holds):
+//	  {"lastSequence":1030}
+//	server → client, the answer: the samples > N still in the ring as one
+//	  "samples" frame (none if nothing is missing), or, when N fell out of the
+//	  ring or is ahead of the gateway, a snapshot frame with "reset":true.
+//
+// After the first frame, the samples a client receives are in seq order with
+// no gap and no duplicate (a reset snapshot is the only declared gap).
+// A malformed client message closes the connection with 1007 and a reason;
+// a client whose queue fills is closed with 1008 "too slow"; shutdown closes
+// with 1001.
+
+// frame is one hub batch, encoded once for every client. Immutable.
+// A gap frame (no samples) says the hub skipped ahead to last.
+type frame struct {
+	gap         bool
+	first, last uint64
+	samples     []ringstore.Sample // for the rare client that needs only a part of it
+	pm          *websocket.PreparedMessage
+}
+
+// wsClient is one WebSocket connection as the hub sees it.
+type wsClient struct {
+	conn      *websocket.Conn
+	queue     chan *frame
+	resume    chan uint64   // latest {"lastSequence":N}, capacity 1
+	gone      chan struct{} // closed by the hub when it drops the client
+	closeSent atomic.Bool   // a close frame went out (only one may)
+}
+
+// hub fans each frame out to every client's bounded queue.
+type hub struct {
+	mu      sync.Mutex
+	clients map[*wsClient]struct{}
+}
+
+func (h *hub) add(c *wsClient) {
+	h.mu.Lock()
+	h.clients[c] = struct{}{}
+	h.mu.Unlock()
+}
+
+func (h *hub) remove(c *wsClient) {
+	h.mu.Lock()
+	delete(h.clients, c)
+	h.mu.Unlock()
+}
+
+func (h *hub) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.clients)
+}
+
+// broadcast offers f to every client without blocking; a client whose queue
+// is full is dropped (removed, its gone channel closed, its pending write cut
+// short) and counted. It returns the number of clients dropped.
+func (h *hub) broadcast(f *frame) (dropped int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.clients {
+		select {
+		case c.queue <- f:
+		default:
+			delete(h.clients, c)
+			close(c.gone)
+			// Cut a write stuck on a full socket buffer now rather than
+			// after WSWriteTimeout. net.Conn deadlines are goroutine-safe.
+			_ = c.conn.NetConn().SetWriteDeadline(time.Now())
+			dropped++
+		}
+	}
+	return dropped
+}
+
+// runHub is the one goroutine that waits on the ring: each new batch is
+// encoded once into a PreparedMessage and offered to every client.
+func (s *Server) runHub(ctx context.Context) {
+	last := s.cfg.Ring.Snapshot().Seq
+	for {
+		res := s.cfg.Ring.Since(last, nil) // a fresh slice: frames are immutable once sent
+		switch {
+		case res.Reset:
+			// The hub fell more than a ring behind (or the ring went back):
+			// skip ahead and tell every client's writer, which catches up
+			// from the ring on its own (or sends a reset snapshot).
+			last = res.Seq
+			if n := s.hub.broadcast(&frame{gap: true, last: last}); n > 0 {
+				s.wsDrops.Add(uint64(n))
+			}
+			continue
+		case len(res.Samples) > 0:
+			last = res.Samples[len(res.Samples)-1].Seq
+			if s.hub.count() > 0 {
+				f, err := newFrame(res.Samples)
+				if err != nil {
+					s.log.Error("web: encode frame", "err", err)
+					continue
+				}
+				if n := s.hub.broadcast(f); n > 0 {
+					s.wsDrops.Add(uint64(n))
+					s.log.Info("web: dropped slow websocket clients", "n", n)
+				}
+			}
+			continue
+		}
+		select {
+		case <-res.Wait:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func newFrame(samples []ringstore.Sample) (*frame, error) {
+	last := samples[len(samples)-1].Seq
+	pm, err := websocket.NewPreparedMessage(websocket.TextMessage,
+		appendSamplesFrame(make([]byte, 0, 64+len(samples)*112), last, samples))
+	if err != nil {
+		return nil, err
+	}
+	return &frame{first: samples[0].Seq, last: last, samples: samples, pm: pm}, nil
+}
+
+func appendSamplesFrame(b []byte, last uint64, samples []ringstore.Sample) []byte {
+	b = append(b, `{"type":"samples","seq":`...)
+	b = strconv.AppendUint(b, last, 10)
+	b = append(b, `,"samples":`...)
+	b = ringstore.AppendJSONArray(b, samples)
+	return append(b, '}')
+}
+
+func appendSnapshotFrame(b []byte, snap *ringstore.Snapshot, reset bool) []byte {
+	b = append(b, `{"type":"snapshot","seq":`...)
+	b = strconv.AppendUint(b, snap.Seq, 10)
+	b = append(b, `,"reset":`...)
+	b = strconv.AppendBool(b, reset)
+	b = append(b, `,"samples":`...)
+	b = ringstore.AppendJSONArray(b, snap.Latest)
+	return append(b, '}')
+}
+
+func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	if !s.acquire(w, mWS) {
+		return
+	}
+	defer s.release(mWS)
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "shutting down")
+		return
+	}
+	s.wsWG.Add(1)
+	s.mu.Unlock()
+	defer s.wsWG.Done()
+
+	conn, err := s.up.Upgrade(w, r, nil)
+	if err != nil {
+		s.log.Debug("web: websocket upgrade refused", "remote", r.RemoteAddr, "err", err)
+		return // Upgrade wrote the error reply (403 for a refused origin)
+	}
+	c := &wsClient{
+		conn:   conn,
+		queue:  make(chan *frame, s.cfg.WSQueue),
+		resume: make(chan uint64, 1),
+		gone:   make(chan struct{}),
+	}
+	s.hub.add(c)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		s.wsRead(c)
+	}()
+	code, reason := s.wsWrite(c, readerDone)
+	s.hub.remove(c)
+	if code != 0 && c.closeSent.CompareAndSwap(false, true) {
+		_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason),
+			time.Now().Add(time.Second))
+	}
+	_ = conn.Close()
+	<-readerDone
+}
+
+// wsWrite is the connection's only data writer. It keeps the client's
+// cursor (the last seq it was sent) so that, whatever the hub and resumes
+// do, the client receives every sample once, in order. It returns the close
+// code to send (0: none, the connection failed).
+func (s *Server) wsWrite(c *wsClient, readerDone <-chan struct{}) (code int, reason string) {
+	ping := time.NewTicker(s.cfg.WSPingInterval)
+	defer ping.Stop()
+	w := &wsWriter{s: s, c: c}
+	snap := s.cfg.Ring.Snapshot()
+	if err := w.write(appendSnapshotFrame(w.buf[:0], snap, false)); err != nil {
+		return 0, ""
+	}
+	w.cursor = snap.Seq
+	for {
+		// A dropped client or a shutdown wins over a full queue: without this
+		// check the select could pick queued frames (each up to
+		// WSWriteTimeout on a stuck socket) before noticing.
+		select {
+		case <-c.gone:
+			return websocket.ClosePolicyViolation, "too slow"
+		case <-s.shutdown:
+			return websocket.CloseGoingAway, "server shutting down"
+		default:
+		}
+		var err error
+		select {
+		case <-readerDone:
+			return websocket.CloseNormalClosure, ""
+		case <-c.gone:
+			return websocket.ClosePolicyViolation, "too slow"
+		case <-s.shutdown:
+			return websocket.CloseGoingAway, "server shutting down"
+		case n := <-c.resume:
+			err = w.catchUp(n, 0)
+		case f := <-c.queue:
+			err = w.deliver(f)
+		case <-ping.C:
+			err = c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WSWriteTimeout))
+		}
+		if err != nil {
+			return 0, "" // the stream may end mid-frame: no close frame after a failed write
+		}
+	}
+}
+
+// wsWriter is the per-connection writer state (owned by one goroutine).
+type wsWriter struct {
+	s      *Server
+	c      *wsClient
+	cursor uint64 // last seq sent to this client
+	buf    []byte
+	tmp    []ringstore.Sample
+}
+
+func (w *wsWriter) write(b []byte) error {
+	w.buf = b[:0]
+	if err := w.c.conn.SetWriteDeadline(time.Now().Add(w.s.cfg.WSWriteTimeout)); err != nil {
+		return err
+	}
+	if err := w.c.conn.WriteMessage(websocket.TextMessage, b); err != nil {
+		return err
+	}
+	w.s.wsFrames.Add(1)
+	return nil
+}
+
+// deliver sends the part of f the client has not had, catching up from the
+// ring first when f starts after a gap.
+func (w *wsWriter) deliver(f *frame) error {
+	if f.last <= w.cursor {
+		return nil // already sent (a catch-up got ahead of the hub)
+	}
+	if f.gap {
+		return w.catchUp(w.cursor, 0)
+	}
+	if f.first > w.cursor+1 {
+		if err := w.catchUp(w.cursor, f.first); err != nil {
+			return err
+		}
+		if f.last <= w.cursor {
+			return nil
+		}
+	}
+	if f.first > w.cursor {
+		if err := w.c.conn.SetWriteDeadline(time.Now().Add(w.s.cfg.WSWriteTimeout)); err != nil {
+			return err
+		}
+		if err := w.c.conn.WritePreparedMessage(f.pm); err != nil {
+			return err
+		}
+		w.s.wsFrames.Add(1)
+		w.cursor = f.last
+		return nil
+	}
+	// Partly sent already: encode the rest for this client alone.
+	i := 0
+	for i < len(f.samples) && f.samples[i].Seq <= w.cursor {
+		i++
+	}
+	if err := w.write(appendSamplesFrame(w.buf[:0], f.last, f.samples[i:])); err != nil {
+		return err
+	}
+	w.cursor = f.last
+	return nil
+}
+
+// catchUp sends the samples after `after` from the ring (below `before` when
+// before > 0, else all of them) or, when after is no longer in the ring or is
+// ahead of it, a reset snapshot. It sets the cursor to what was sent.
+func (w *wsWriter) catchUp(after, before uint64) error {
+	res := w.s.cfg.Ring.Since(after, w.tmp[:0])
+	if res.Reset {
+		snap := w.s.cfg.Ring.Snapshot()
+		if err := w.write(appendSnapshotFrame(w.buf[:0], snap, true)); err != nil {
+			return err
+		}
+		w.cursor = snap.Seq
+		return nil
+	}
+	samples := res.Samples
+	if before > 0 {
+		n := len(samples)
+		for n > 0 && samples[n-1].Seq >= before {
+			n--
+		}
+		samples = samples[:n]
+	}
+	w.tmp = res.Samples[:0]
+	if len(samples) == 0 {
+		w.cursor = res.Seq // nothing newer than after
+		if before > 0 {
+			w.cursor = max(after, before-1) // nothing in the ring between after and before
+		}
+		return nil
+	}
+	last := samples[len(samples)-1].Seq
+	if err := w.write(appendSamplesFrame(w.buf[:0], last, samples)); err != nil {
+		return err
+	}
+	w.cursor = last
+	return nil
+}
+
+// wsRead is the connection's reader: control frames, deadlines, resumes.
+func (s *Server) wsRead(c *wsClient) {
+	conn := c.conn
+	conn.SetReadLimit(s.cfg.WSReadLimit)
+	wait := 2*s.cfg.WSPingInterval + s.cfg.WSWriteTimeout
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(wait)) })
+	for {
+		_, data, err := conn.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				c.closeSent.Store(true) // gorilla's close handler answered it
+			}
+			return
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(wait))
+		n, msg := parseResume(data)
+		if msg != "" {
+			if c.closeSent.CompareAndSwap(false, true) {
+				_ = conn.WriteControl(websocket.CloseMessage,
+					websocket.FormatCloseMessage(websocket.CloseInvalidFramePayloadData, msg),
+					time.Now().Add(time.Second))
+			}
+			return
+		}
+		for { // latest resume wins
+			select {
+			case c.resume <- n:
+			default:
+				select {
+				case <-c.resume:
+				default:
+				}
+				continue
+			}
+			break
+		}
+	}
+}
+
+// parseResume reads {"lastSequence":N}; msg is the close reason when it is not that.
+func parseResume(data []byte) (n uint64, msg string) {
+	var m struct {
+		LastSequence *json.Number `json:"lastSequence"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return 0, "bad message: want {\"lastSequence\":N}"
+	}
+	if m.LastSequence == nil {
+		return 0, "bad message: missing lastSequence"
+	}
+	n, err := strconv.ParseUint(m.LastSequence.String(), 10, 64)
+	if err != nil {
+		return 0, "bad message: lastSequence is not a non-negative integer"
+	}
+	return n, ""
+}

@@ -1,0 +1,373 @@
+package web
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"edgegw/ringstore"
+
+	"github.com/gorilla/websocket"
+)
+
+func TestWebSocketSnapshotThenLive(t *testing.T) {
+	ts := startServer(t, Config{})
+	appendBatch(t, ts.ring, "logger-01", 3, 1)
+	snapSeq := ts.ring.Seq()
+	c := dialWS(t, ts.wsURL, nil)
+	f := mustFrame(t, c)
+	if f.Type != "snapshot" || f.Reset || f.Seq != snapSeq || len(f.Samples) != 3 {
+		t.Fatalf("first frame: %+v", f)
+	}
+	waitFor(t, 5*time.Second, "the hub to register the client", func() bool { return ts.hub.count() == 1 })
+	chk := seqChecker{next: snapSeq + 1}
+	for i := range 10 {
+		appendBatch(t, ts.ring, "logger-01", 3, float64(i))
+	}
+	for chk.n < 30 {
+		f := mustFrame(t, c)
+		if f.Type != "samples" || f.Seq != f.Samples[len(f.Samples)-1].Seq {
+			t.Fatalf("live frame: %+v", f)
+		}
+		if err := chk.add(f.Samples); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ts.Stats().WSFramesSent < 2 {
+		t.Fatalf("frames sent: %d", ts.Stats().WSFramesSent)
+	}
+}
+
+func TestWebSocketResume(t *testing.T) {
+	ring := newRing(t, 20)
+	ts := startServer(t, Config{Ring: ring})
+	first, _ := appendBatch(t, ring, "logger-01", 4, 0)
+	for i := range 3 {
+		appendBatch(t, ring, "logger-01", 4, float64(i+1))
+	}
+	last := ring.Seq() // 16 samples in a ring of 20
+
+	c := dialWS(t, ts.wsURL, nil)
+	if f := mustFrame(t, c); f.Type != "snapshot" || f.Seq != last {
+		t.Fatalf("first frame: %+v", f)
+	}
+	// Resume from inside the ring: exactly the samples after it, once.
+	if err := c.WriteJSON(map[string]uint64{"lastSequence": first + 5}); err != nil {
+		t.Fatal(err)
+	}
+	f := mustFrame(t, c)
+	chk := seqChecker{next: first + 6}
+	if err := chk.add(f.Samples); err != nil || f.Type != "samples" || f.Seq != last || chk.n != 10 {
+		t.Fatalf("resume in ring: %+v (%v)", f, err)
+	}
+	// Live frames continue after the catch-up, without duplicates.
+	appendBatch(t, ring, "logger-01", 4, 9)
+	f = mustFrame(t, c)
+	if err := chk.add(f.Samples); err != nil || chk.n != 14 {
+		t.Fatalf("live after resume: %+v (%v)", f, err)
+	}
+	// Overflow the ring, then resume from a sequence that fell out: reset snapshot.
+	for i := range 6 {
+		_, last := appendBatch(t, ring, "logger-01", 4, float64(20+i))
+		for chk.next <= last { // paced: the hub never falls a ring behind here
+			if err := chk.add(mustFrame(t, c).Samples); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := c.WriteJSON(map[string]uint64{"lastSequence": first}); err != nil {
+		t.Fatal(err)
+	}
+	f = mustFrame(t, c)
+	if f.Type != "snapshot" || !f.Reset || f.Seq != ring.Seq() || len(f.Samples) != 4 {
+		t.Fatalf("resume out of the ring: %+v", f)
+	}
+	// Ahead of the gateway: reset snapshot too.
+	if err := c.WriteJSON(map[string]uint64{"lastSequence": ring.Seq() + 100}); err != nil {
+		t.Fatal(err)
+	}
+	if f = mustFrame(t, c); f.Type != "snapshot" || !f.Reset {
+		t.Fatalf("resume ahead: %+v", f)
+	}
+	// Up to date: nothing is sent; the next live frame follows without a gap.
+	if err := c.WriteJSON(map[string]uint64{"lastSequence": ring.Seq()}); err != nil {
+		t.Fatal(err)
+	}
+	next := ring.Seq() + 1
+	appendBatch(t, ring, "logger-01", 4, 99)
+	f = mustFrame(t, c)
+	chk = seqChecker{next: next}
+	if err := chk.add(f.Samples); err != nil || chk.n != 4 {
+		t.Fatalf("after an up-to-date resume: %+v (%v)", f, err)
+	}
+}
+
+func TestWebSocketBadMessageCloses(t *testing.T) {
+	ts := startServer(t, Config{})
+	for _, msg := range []string{`not json`, `{"lastSequence":-1}`, `{"other":1}`, `{"lastSequence":"x"}`} {
+		c := dialWS(t, ts.wsURL, nil)
+		mustFrame(t, c)
+		if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := readFrame(c, 5*time.Second)
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.CloseInvalidFramePayloadData || !strings.Contains(ce.Text, "bad message") {
+			t.Errorf("%s: got %v, want close 1007 with a reason", msg, err)
+		}
+	}
+	// Too big for WSReadLimit: closed too.
+	c := dialWS(t, ts.wsURL, nil)
+	mustFrame(t, c)
+	_ = c.WriteMessage(websocket.TextMessage, []byte(`{"lastSequence":1,"pad":"`+strings.Repeat("x", 8<<10)+`"}`))
+	if _, err := readFrame(c, 5*time.Second); err == nil {
+		t.Error("an oversized message did not close the connection")
+	}
+}
+
+func TestWebSocketOrigin(t *testing.T) {
+	ts := startServer(t, Config{})
+	hdr := func(o string) http.Header { return http.Header{"Origin": {o}} }
+	// Same origin: accepted.
+	c := dialWS(t, ts.wsURL, hdr(ts.base))
+	mustFrame(t, c)
+	// Cross origin: 403.
+	_, resp, err := websocket.DefaultDialer.Dial(ts.wsURL, hdr("http://evil.example"))
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-origin upgrade: err=%v resp=%v, want 403", err, resp)
+	}
+
+	ts2 := startServer(t, Config{AllowedOrigins: []string{"http://scada.example:8080"}})
+	c = dialWS(t, ts2.wsURL, hdr("http://scada.example:8080"))
+	mustFrame(t, c)
+	_, resp, err = websocket.DefaultDialer.Dial(ts2.wsURL, hdr("http://other.example"))
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("origin not in the allow-list: err=%v resp=%v, want 403", err, resp)
+	}
+	// CORS on the JSON endpoints follows the same list.
+	req, _ := http.NewRequest("GET", ts2.base+"/api/shortPolling", nil)
+	req.Header.Set("Origin", "http://scada.example:8080")
+	r, err := ts2.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.Header.Get("Access-Control-Allow-Origin") != "http://scada.example:8080" {
+		t.Fatalf("CORS header: %q", r.Header.Get("Access-Control-Allow-Origin"))
+	}
+}
+
+// TestWebSocketWriterBookkeeping feeds one connection's queue by hand (no hub:
+// the handler runs outside Serve) with frames out of order, duplicated, after
+// a gap and partly overlapping: the client still sees every sample once, in order.
+func TestWebSocketWriterBookkeeping(t *testing.T) {
+	ring := newRing(t, 100)
+	s := New(Config{Ring: ring})
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	c := dialWS(t, "ws"+strings.TrimPrefix(hs.URL, "http")+"/api/ws", nil)
+	snap := mustFrame(t, c)
+	var cl *wsClient
+	waitFor(t, 5*time.Second, "the client to register", func() bool {
+		s.hub.mu.Lock()
+		defer s.hub.mu.Unlock()
+		for k := range s.hub.clients {
+			cl = k
+		}
+		return cl != nil
+	})
+	take := func(from, to uint64) *frame { // samples [from, to] from the ring
+		res := ring.Since(from-1, nil)
+		var ss []ringstore.Sample
+		for _, x := range res.Samples {
+			if x.Seq <= to {
+				ss = append(ss, x)
+			}
+		}
+		f, err := newFrame(ss)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	S := snap.Seq
+	appendBatch(t, ring, "d", 3, 0) // S+1..S+3
+	appendBatch(t, ring, "d", 3, 0) // S+4..S+6
+	cl.queue <- take(S+4, S+6)      // gap: the writer catches up S+1..S+3 from the ring first
+	cl.queue <- take(S+1, S+3)      // duplicate: skipped
+	cl.queue <- take(S+4, S+6)      // duplicate: skipped
+	appendBatch(t, ring, "d", 3, 0) // S+7..S+9
+	cl.queue <- take(S+6, S+9)      // overlaps by one: only S+7..S+9
+	appendBatch(t, ring, "d", 3, 0) // S+10..S+12
+	cl.queue <- take(S+10, S+12)
+	chk := seqChecker{next: S + 1}
+	for chk.n < 12 {
+		f := mustFrame(t, c)
+		if err := chk.add(f.Samples); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+}
+
+// TestSlowWebSocketClientDropped: a client that upgrades by hand and never
+// reads fills its socket and then its queue; the hub drops it and counts it,
+// and the other clients keep receiving every sample.
+func TestSlowWebSocketClientDropped(t *testing.T) {
+	ring := newRing(t, 1000)
+	ts := startServer(t, Config{Ring: ring, WSQueue: 4, WSWriteTimeout: 2 * time.Second})
+	raw := rawConn(t, strings.TrimPrefix(ts.base, "http://"), 4096)
+	fmt.Fprintf(raw, "GET /api/ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", strings.TrimPrefix(ts.base, "http://"))
+	line, err := bufio.NewReader(raw).ReadString('\n') // the status line only; then never read again
+	if err != nil || !strings.Contains(line, "101") {
+		t.Fatalf("hand upgrade: %q %v", line, err)
+	}
+	const good = 3
+	conns := make([]*websocket.Conn, good)
+	for i := range conns {
+		conns[i] = dialWS(t, ts.wsURL, nil)
+		mustFrame(t, conns[i])
+	}
+	waitFor(t, 5*time.Second, "4 clients registered", func() bool { return ts.hub.count() == good+1 })
+
+	start := ring.Seq()
+	checkers := make([]seqChecker, good)
+	for i := range checkers {
+		checkers[i].next = start + 1
+	}
+	long := strings.Repeat("x", 200)
+	deadline := time.Now().Add(20 * time.Second)
+	steps := 0
+	for ts.Stats().WSDropped == 0 {
+		if steps >= 3000 || time.Now().After(deadline) {
+			t.Fatalf("slow client not dropped after %d batches", steps)
+		}
+		steps++
+		batch := make([]ringstore.Sample, 40)
+		for i := range batch {
+			batch[i] = ringstore.Sample{Device: "logger-" + long, Tag: fmt.Sprintf("tag-%02d-%s", i, long), Value: float64(steps), TS: time.Now().UnixMicro()}
+		}
+		_, last, err := ring.Append(batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Pace on the good clients (a condition, not a sleep): they read every batch.
+		for i, c := range conns {
+			for checkers[i].next <= last {
+				f := mustFrame(t, c)
+				if err := checkers[i].add(f.Samples); err != nil {
+					t.Fatalf("good client %d: %v", i, err)
+				}
+			}
+		}
+	}
+	t.Logf("slow client dropped after %d batches of ~%d KiB", steps, 40*(2*len(long)+80)/1024)
+	if d := ts.Stats().WSDropped; d != 1 {
+		t.Fatalf("dropped %d clients, want 1", d)
+	}
+	// The others still receive everything.
+	_, last := appendBatch(t, ring, "logger-01", 3, 1)
+	for i, c := range conns {
+		for checkers[i].next <= last {
+			if err := checkers[i].add(mustFrame(t, c).Samples); err != nil {
+				t.Fatalf("good client %d after the drop: %v", i, err)
+			}
+		}
+	}
+	waitFor(t, 10*time.Second, "the dropped connection to end", func() bool { return ts.Stats().WebSocket.Active == good })
+}
+
+// TestWebSocketHubFallsBehind appends faster than a tiny ring can hold: the
+// hub may skip ahead. A client then gets either every sample or a reset
+// snapshot, never a silent gap, and always reaches the ring's last sequence.
+func TestWebSocketHubFallsBehind(t *testing.T) {
+	ring := newRing(t, 4)
+	ts := startServer(t, Config{Ring: ring})
+	c := dialWS(t, ts.wsURL, nil)
+	f := mustFrame(t, c)
+	waitFor(t, 5*time.Second, "the hub to register the client", func() bool { return ts.hub.count() == 1 })
+	chk := seqChecker{next: f.Seq + 1}
+	for i := range 200 {
+		appendBatch(t, ring, "d", 3, float64(i))
+	}
+	last := ring.Seq()
+	resets := 0
+	for chk.next <= last {
+		f := mustFrame(t, c)
+		switch {
+		case f.Type == "snapshot" && f.Reset:
+			resets++
+			chk.next = f.Seq + 1
+		case f.Type == "samples":
+			if err := chk.add(f.Samples); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("unexpected frame %+v", f)
+		}
+	}
+	t.Logf("%d samples in order, %d reset snapshots", chk.n, resets)
+}
+
+func TestShutdownClosesWebSockets(t *testing.T) {
+	ts := startServer(t, Config{})
+	conns := make([]*websocket.Conn, 5)
+	for i := range conns {
+		conns[i] = dialWS(t, ts.wsURL, nil)
+		mustFrame(t, conns[i])
+	}
+	t0 := time.Now()
+	ts.stop()
+	if el := time.Since(t0); el > 3*time.Second {
+		t.Errorf("Serve took %v to return with 5 websocket clients", el)
+	}
+	for i, c := range conns {
+		_, err := readFrame(c, 5*time.Second)
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+			t.Errorf("client %d: got %v, want close 1001", i, err)
+		}
+	}
+	// After shutdown: nothing listens.
+	if _, _, err := websocket.DefaultDialer.Dial(ts.wsURL, nil); err == nil {
+		t.Error("dial after shutdown succeeded")
+	}
+}
+
+// TestWebSocketPingDeadline: a peer that never answers pings is closed after
+// 2 pings + WSWriteTimeout (400 ms here); a peer that reads (and so answers
+// pings) stays.
+func TestWebSocketPingDeadline(t *testing.T) {
+	ts := startServer(t, Config{WSPingInterval: 100 * time.Millisecond, WSWriteTimeout: 200 * time.Millisecond})
+	host := strings.TrimPrefix(ts.base, "http://")
+	raw := rawConn(t, host, 1<<16)
+	fmt.Fprintf(raw, "GET /api/ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", host)
+	if line, err := bufio.NewReader(raw).ReadString('\n'); err != nil || !strings.Contains(line, "101") {
+		t.Fatalf("hand upgrade: %q %v", line, err)
+	}
+	c := dialWS(t, ts.wsURL, nil)
+	mustFrame(t, c)
+	pings := 0
+	c.SetPingHandler(func(data string) error {
+		pings++
+		return c.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+	})
+	waitFor(t, 2*time.Second, "2 clients", func() bool { return ts.Stats().WebSocket.Active == 2 })
+	// Read (no data frames come) for 1.2 s: pings are answered from inside ReadMessage.
+	if _, err := readFrame(c, 1200*time.Millisecond); err == nil {
+		t.Fatal("unexpected data frame")
+	}
+	if pings < 4 {
+		t.Errorf("%d pings in 1.2 s at a 100 ms interval", pings)
+	}
+	if a := ts.Stats().WebSocket.Active; a != 1 {
+		t.Errorf("%d websocket clients after 1.2 s, want 1 (the silent one closed, the reading one kept)", a)
+	}
+}
