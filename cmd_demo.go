@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"edgegw/conf"
+	"edgegw/push"
 	"edgegw/sim"
 	"edgegw/stats"
 )
@@ -28,6 +32,8 @@ func cmdDemo(args []string) error {
 	dataDir := fs.String("data-dir", "", "directory for the sequence mark and queue (empty: memory only)")
 	every := fs.Duration("stats", 10*time.Second, "print device statistics this often (0: never)")
 	printConfig := fs.Bool("print-config", false, "print the generated gateway config and exit")
+	upstream := fs.Bool("upstream", true, "also run the reference receiver and an embedded MQTT broker, and push to them")
+	receiveOut := fs.String("receive-out", "", "JSON lines file for what the receiver gets (empty: discard)")
 	faults := faultFlags(fs)
 	newLog := logFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -41,7 +47,15 @@ func cmdDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	text := demoConfig(fleet, *transport, *tcpMode, *httpAddr, *dataDir, *interval)
+	up := demoUpstream{}
+	var pre []piece
+	if *upstream && !*printConfig {
+		if up, pre, err = startDemoUpstream(*receiveOut, log); err != nil {
+			fleet.Close()
+			return err
+		}
+	}
+	text := demoConfig(fleet, *transport, *tcpMode, *httpAddr, *dataDir, *interval, up)
 	if *printConfig {
 		fmt.Print(text)
 		return fleet.Close()
@@ -64,7 +78,7 @@ func cmdDemo(args []string) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	pieces := append([]piece{{"sim", fleet.Run}}, g.pieces()...)
+	pieces := append(append([]piece{{"sim", fleet.Run}}, pre...), g.pieces()...)
 	if *every > 0 {
 		pieces = append(pieces, piece{"stats", func(ctx context.Context) error {
 			printStatsEvery(ctx, os.Stdout, *every, g.sched.Devices)
@@ -76,14 +90,59 @@ func cmdDemo(args []string) error {
 	fmt.Printf("page: %s\n", page)
 	fmt.Printf("api:  %sapi/shortPolling  %sapi/longPolling?lastSequence=0  %sapi/devices  %smetrics  (WebSocket: %sapi/ws)\n",
 		page, page, page, page, "ws"+page[len("http"):])
+	if up.wsURL != "" {
+		fmt.Printf("upstream: WebSocket receiver %s, MQTT broker %s (fallback)\n", up.wsURL, up.broker)
+		fmt.Printf("watch:    mosquitto_sub -h %s -p %s -t 'edgegw/demo/#' -v\n", up.host, up.port)
+	}
 	fmt.Println("press Ctrl-C to stop")
 	err = runStages(ctx, log, 10*time.Second, pieces)
 	fmt.Println("edgegw demo: stopped")
 	return err
 }
 
+// demoUpstream is where the demo's gateway pushes to ("" fields: nowhere).
+type demoUpstream struct {
+	wsURL, broker, host, port string
+}
+
+// startDemoUpstream binds the reference receiver and an embedded MQTT
+// broker on loopback; the returned pieces run them.
+func startDemoUpstream(out string, log *slog.Logger) (demoUpstream, []piece, error) {
+	w := io.Discard
+	var f *os.File
+	if out != "" {
+		var err error
+		if f, err = os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640); err != nil {
+			return demoUpstream{}, nil, err
+		}
+		w = f
+	}
+	recv := push.NewReceiver(push.ReceiverConfig{Listen: "127.0.0.1:0", Out: w, Logger: log.With("pkg", "receiver")})
+	raddr, err := recv.Listen()
+	if err != nil {
+		return demoUpstream{}, nil, err
+	}
+	broker := push.NewBroker(push.BrokerConfig{Listen: "127.0.0.1:0", Logger: log.With("pkg", "broker")})
+	baddr, err := broker.Listen()
+	if err != nil {
+		return demoUpstream{}, nil, err
+	}
+	host, port, _ := net.SplitHostPort(baddr.String())
+	up := demoUpstream{wsURL: "ws://" + raddr.String() + "/ingest", broker: "tcp://" + baddr.String(), host: host, port: port}
+	return up, []piece{
+		{"broker", broker.Run},
+		{"receiver", func(ctx context.Context) error {
+			err := recv.Serve(ctx)
+			if f != nil {
+				err = errors.Join(err, f.Close())
+			}
+			return err
+		}},
+	}, nil
+}
+
 // demoConfig is the config of a gateway polling every logger of the fleet.
-func demoConfig(f *sim.Fleet, transport, tcpMode, httpAddr, dataDir string, interval time.Duration) string {
+func demoConfig(f *sim.Fleet, transport, tcpMode, httpAddr, dataDir string, interval time.Duration, up demoUpstream) string {
 	timeout := 200 * time.Millisecond
 	if transport == "tcp" {
 		timeout = 500 * time.Millisecond
@@ -99,6 +158,10 @@ tags = [
   { name = "humidity", register = "holding", address = 1, type = "uint16", scale = 0.1, unit = "%RH" },
 ]
 `)
+	if up.wsURL != "" {
+		fmt.Fprintf(&b, "\n[upstream.websocket]\nurl = %q\nfallback_after = \"5s\"\n", up.wsURL)
+		fmt.Fprintf(&b, "\n[upstream.mqtt]\nbroker = %q\ntopic_prefix = \"edgegw/demo\"\nmode = \"fallback\"\nqos = 1\n", up.broker)
+	}
 	for i := 0; i < f.Len(); i++ {
 		fmt.Fprintf(&b, "\n[[device]]\nname = \"logger-%02d\"\ntransport = %q\naddress = %q\nunit = 1\nprofile = \"th-logger\"\ninterval = %q\ntimeout = %q\nretries = 1\n",
 			i+1, transport, f.Addr(i), interval.String(), timeout.String())

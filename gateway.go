@@ -9,6 +9,7 @@ import (
 
 	"edgegw/conf"
 	"edgegw/edge"
+	"edgegw/push"
 	"edgegw/ringstore"
 	"edgegw/stats"
 	"edgegw/web"
@@ -21,7 +22,9 @@ type gateway struct {
 	ring  *ringstore.Ring
 	sched *edge.Scheduler
 	web   *web.Server
-	up    *stats.Upstream // nil when no upstream is configured
+	up    *stats.Upstream  // nil when no upstream is configured
+	queue *ringstore.Queue // nil when no upstream is configured
+	push  *push.Pusher     // nil when no upstream is configured
 }
 
 func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
@@ -35,6 +38,17 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		return nil, err
 	}
 	g := &gateway{cfg: c, log: log, ring: ring, sched: sched}
+	if hasUpstream(c) {
+		if g.queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
+			return nil, err
+		}
+		ring.OnAppend(g.queue.Append)
+		g.up = new(stats.Upstream)
+		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.up, log.With("pkg", "push")); err != nil {
+			g.queue.Close()
+			return nil, err
+		}
+	}
 	g.web = web.New(web.Config{
 		Listen: c.HTTP.Listen, LongPollTimeout: c.HTTP.LongPollTimeout, MaxClients: c.HTTP.MaxClients,
 		MaxRequestBytes: c.HTTP.MaxRequestBytes, ReadHeaderTimeout: c.HTTP.ReadHeaderTimeout,
@@ -125,8 +139,14 @@ func (g *gateway) run(ctx context.Context) error {
 
 // pieces lists the gateway's running parts, consumers first.
 func (g *gateway) pieces() []piece {
-	return []piece{
-		{"web", g.web.Serve},
-		{"edge", g.sched.Run},
+	var ps []piece
+	if g.push != nil {
+		ps = append(ps,
+			piece{"queue", func(ctx context.Context) error {
+				err := g.queue.Run(ctx)
+				return errors.Join(err, g.queue.Close()) // writes what is still waiting
+			}},
+			piece{"push", g.push.Run})
 	}
+	return append(ps, piece{"web", g.web.Serve}, piece{"edge", g.sched.Run})
 }

@@ -31,6 +31,7 @@ usage:
                                            simulated loggers + gateway + page, all on loopback
   edgegw check   -config FILE              validate a config, print devices, tags and read plan
   edgegw sim     -devices N -transport tcp|udp|rtu …   simulated loggers alone
+  edgegw receive -listen ADDR -out FILE.jsonl          reference upstream receiver
   edgegw version
 
 Run "edgegw COMMAND -h" for the flags of one command.
@@ -52,6 +53,8 @@ func main() {
 		err = cmdCheck(args, os.Stdout)
 	case "sim":
 		err = cmdSim(args)
+	case "receive":
+		err = cmdReceive(args)
 	case "version", "-version", "--version":
 		fmt.Printf("edgegw %s (commit %s, built %s, %s %s/%s)\n", version, commit, date, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	case "help", "-h", "-help", "--help":

@@ -1,0 +1,198 @@
+package push
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"edgegw/ringstore"
+	"edgegw/stats"
+)
+
+// MQTT modes.
+const (
+	ModeFallback = "fallback" // batches go to MQTT when WebSocket is down longer than FallbackAfter
+	ModeAlways   = "always"   // besides, every batch sent over WebSocket is mirrored to MQTT (best effort)
+	ModeOff      = "off"
+)
+
+// Config configures New. Zero values mean the defaults given per field.
+type Config struct {
+	GatewayID string // required
+	WS        WSConfig
+	MQTT      MQTTConfig
+	Queue     *ringstore.Queue           // required: the batches come from here
+	Latest    func() *ringstore.Snapshot // for per-tag retained topics; nil = none
+	State     *stats.Upstream            // nil = a private one
+	Logger    *slog.Logger
+}
+
+// WSConfig is the WebSocket uplink. URL "" = no WebSocket (MQTT only).
+type WSConfig struct {
+	URL                        string        // ws:// or wss://
+	Token                      string        // bearer token (main reads it from the file)
+	CAFile, CertFile, KeyFile  string        // wss: extra CA, client certificate
+	ServerName                 string        // TLS server name override
+	HandshakeTimeout           time.Duration // 10s
+	PingInterval               time.Duration // 20s; the connection is dead after PingInterval+AckTimeout of silence
+	BatchMax                   int           // samples per batch (500)
+	BatchWait                  time.Duration // how long a partial batch waits for more samples (200ms)
+	AckTimeout                 time.Duration // 10s: no ack within it and the connection is dropped
+	Window                     int           // batches in flight (4)
+	ReconnectMin, ReconnectMax time.Duration // backoff with jitter (500ms, 30s)
+}
+
+// MQTTConfig is the MQTT publisher. Broker "" = no MQTT.
+type MQTTConfig struct {
+	Broker                    string        // tcp://host:1883, ssl://host:8883
+	Mode                      string        // fallback (default), always, off
+	FallbackAfter             time.Duration // 10s
+	TopicPrefix               string        // "edgegw/<GatewayID>"
+	QoS                       byte          // for batches: 1 (0 is not offered: a batch needs a PUBACK); 2 allowed
+	ClientID                  string        // "edgegw-<GatewayID>"
+	Username, Password        string
+	CAFile, CertFile, KeyFile string
+	ServerName                string
+	NoPerTagTopics            bool          // per-tag retained topics are on unless set
+	ReconnectMin              time.Duration // first connect retry interval (1s)
+	ReconnectMax              time.Duration // paho's max reconnect interval (30s, at most 60s)
+}
+
+// Pusher sends the queue upstream. Create with New, run with Run.
+type Pusher struct {
+	cfg     Config
+	log     *slog.Logger
+	q       *ringstore.Queue
+	st      *stats.Upstream
+	gwJSON  []byte // the gateway id as a JSON string
+	header  http.Header
+	tlsWS   *tls.Config
+	tlsMQTT *tls.Config
+	mirror  func(frame []byte) // mode always: every batch sent over WebSocket (set by Run)
+}
+
+// New checks cfg, fills the defaults and loads TLS files. It starts nothing.
+func New(cfg Config) (*Pusher, error) {
+	if cfg.GatewayID == "" {
+		return nil, errors.New("push: gateway id is empty")
+	}
+	if cfg.Queue == nil {
+		return nil, errors.New("push: no queue")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.State == nil {
+		cfg.State = new(stats.Upstream)
+	}
+	w := &cfg.WS
+	w.HandshakeTimeout = orDur(w.HandshakeTimeout, 10*time.Second)
+	w.PingInterval = orDur(w.PingInterval, 20*time.Second)
+	w.BatchWait = orDur(w.BatchWait, 200*time.Millisecond)
+	w.AckTimeout = orDur(w.AckTimeout, 10*time.Second)
+	w.ReconnectMin = orDur(w.ReconnectMin, 500*time.Millisecond)
+	w.ReconnectMax = max(orDur(w.ReconnectMax, 30*time.Second), w.ReconnectMin)
+	if w.BatchMax <= 0 {
+		w.BatchMax = 500
+	}
+	if w.Window <= 0 {
+		w.Window = 4
+	}
+	m := &cfg.MQTT
+	switch {
+	case m.Broker == "":
+		m.Mode = ModeOff
+	case m.Mode == "":
+		m.Mode = ModeFallback
+	case m.Mode == ModeFallback, m.Mode == ModeAlways, m.Mode == ModeOff:
+	default:
+		return nil, fmt.Errorf("push: mqtt: unknown mode %q (fallback, always, off)", m.Mode)
+	}
+	m.FallbackAfter = orDur(m.FallbackAfter, 10*time.Second)
+	if m.TopicPrefix == "" {
+		m.TopicPrefix = "edgegw/" + cfg.GatewayID
+	}
+	m.TopicPrefix = strings.TrimSuffix(m.TopicPrefix, "/")
+	if m.QoS == 0 {
+		m.QoS = 1
+	}
+	if m.QoS > 2 {
+		return nil, fmt.Errorf("push: mqtt: qos %d", m.QoS)
+	}
+	if m.ClientID == "" {
+		m.ClientID = "edgegw-" + cfg.GatewayID
+	}
+	m.ReconnectMin = orDur(m.ReconnectMin, time.Second)
+	m.ReconnectMax = min(orDur(m.ReconnectMax, 30*time.Second), 60*time.Second)
+	if w.URL == "" && m.Mode == ModeOff {
+		return nil, errors.New("push: neither a websocket url nor an mqtt broker")
+	}
+	p := &Pusher{cfg: cfg, log: cfg.Logger, q: cfg.Queue, st: cfg.State}
+	p.gwJSON, _ = json.Marshal(cfg.GatewayID)
+	var err error
+	if w.URL != "" {
+		u, perr := url.Parse(w.URL)
+		if perr != nil || (u.Scheme != "ws" && u.Scheme != "wss") {
+			return nil, fmt.Errorf("push: websocket: url %q: want ws:// or wss://", w.URL)
+		}
+		if p.tlsWS, err = tlsConfig(w.CAFile, w.CertFile, w.KeyFile, w.ServerName); err != nil {
+			return nil, fmt.Errorf("push: websocket: %w", err)
+		}
+		p.header = http.Header{}
+		if w.Token != "" {
+			p.header.Set("Authorization", "Bearer "+w.Token)
+		}
+	}
+	if m.Mode != ModeOff {
+		if p.tlsMQTT, err = tlsConfig(m.CAFile, m.CertFile, m.KeyFile, m.ServerName); err != nil {
+			return nil, fmt.Errorf("push: mqtt: %w", err)
+		}
+	}
+	p.setPath(stats.PathBuffering)
+	return p, nil
+}
+
+func orDur(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// tlsConfig loads the optional CA and client certificate; nil when no file
+// and no server name is given (the system roots then apply for wss/ssl).
+func tlsConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	if caFile == "" && certFile == "" && keyFile == "" && serverName == "" {
+		return nil, nil
+	}
+	c := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("ca file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca file %s: no certificate", caFile)
+		}
+		c.RootCAs = pool
+	}
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+func (p *Pusher) setPath(path string) { p.st.Path.Store(path) }

@@ -1,0 +1,20 @@
+// Package push owns the upstream: the WebSocket uplink with acknowledged
+// batches, the MQTT publisher (fallback path for the batches, per-tag
+// retained topics, status with a last will), the failover policy between
+// them, the reference receiver of the protocol and the embedded MQTT broker
+// used by `edgegw demo`.
+//
+// It never polls devices, never serves local clients and never imports edge
+// or web: it reads the durable queue (ringstore.Queue) and the latest values
+// (a func returning a ringstore.Snapshot), and publishes its state in a
+// stats.Upstream. Only acknowledged samples leave the queue: a WebSocket
+// batch on the receiver's ack, an MQTT batch on its PUBACK. Everything else
+// is resent, so receivers dedup by (gateway, seq).
+//
+// Concurrency: Pusher.Run owns every goroutine it starts (the WebSocket dial
+// loop and, per connection, one reader and one writer; the MQTT batch
+// sender; the per-tag publisher; the mirror of "always" mode) and returns
+// after they have exited. At most one path sends batches at a time: the
+// dispatcher in Run stops the MQTT sender before a WebSocket session may
+// start. Receiver.Serve and Broker.Run likewise wait for their connections.
+package push

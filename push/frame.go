@@ -1,0 +1,93 @@
+package push
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"edgegw/ringstore"
+)
+
+// Batch frame, gateway to receiver (a WebSocket text message, or the
+// payload of an MQTT message on <prefix>/batch):
+//
+//	{"type":"batch","gateway":"gw-01","first":41,"last":42,"samples":[
+//	 {"seq":41,"device":"logger-01","tag":"temperature","value":21.5,"quality":"good","ts":1764450000123456},
+//	 {"seq":42,...}]}
+//
+// Samples are consecutive in the queue (seq strictly increasing; a gap only
+// where samples were dropped and counted). first/last are the first and
+// last sample's seq.
+func appendBatch(b, gateway []byte, samples []ringstore.Sample) []byte {
+	b = append(b, `{"type":"batch","gateway":`...)
+	b = append(b, gateway...)
+	b = append(b, `,"first":`...)
+	b = strconv.AppendUint(b, samples[0].Seq, 10)
+	b = append(b, `,"last":`...)
+	b = strconv.AppendUint(b, samples[len(samples)-1].Seq, 10)
+	b = append(b, `,"samples":`...)
+	b = ringstore.AppendJSONArray(b, samples)
+	return append(b, '}')
+}
+
+// Ack frame, receiver to gateway: everything up to last is stored.
+//
+//	{"type":"ack","last":42}
+func appendAck(b []byte, last uint64) []byte {
+	b = append(b, `{"type":"ack","last":`...)
+	b = strconv.AppendUint(b, last, 10)
+	return append(b, '}')
+}
+
+// ProtocolError is a frame that does not follow the protocol.
+type ProtocolError struct {
+	Frame string // "batch" or "ack"
+	Msg   string
+}
+
+func (e *ProtocolError) Error() string { return "push: protocol: " + e.Frame + ": " + e.Msg }
+
+type batchFrame struct {
+	Type    string             `json:"type"`
+	Gateway string             `json:"gateway"`
+	First   uint64             `json:"first"`
+	Last    uint64             `json:"last"`
+	Samples []ringstore.Sample `json:"samples"`
+}
+
+func parseBatch(data []byte) (*batchFrame, error) {
+	var f batchFrame
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, &ProtocolError{"batch", err.Error()}
+	}
+	switch {
+	case f.Type != "batch":
+		return nil, &ProtocolError{"batch", fmt.Sprintf("type %q", f.Type)}
+	case f.Gateway == "":
+		return nil, &ProtocolError{"batch", "no gateway"}
+	case len(f.Samples) == 0:
+		return nil, &ProtocolError{"batch", "no samples"}
+	case f.Samples[0].Seq != f.First || f.Samples[len(f.Samples)-1].Seq != f.Last:
+		return nil, &ProtocolError{"batch", fmt.Sprintf("first/last %d/%d do not match the samples", f.First, f.Last)}
+	}
+	for i := 1; i < len(f.Samples); i++ {
+		if f.Samples[i].Seq <= f.Samples[i-1].Seq {
+			return nil, &ProtocolError{"batch", fmt.Sprintf("seq %d after %d", f.Samples[i].Seq, f.Samples[i-1].Seq)}
+		}
+	}
+	return &f, nil
+}
+
+func parseAck(data []byte) (uint64, error) {
+	var f struct {
+		Type string  `json:"type"`
+		Last *uint64 `json:"last"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		return 0, &ProtocolError{"ack", err.Error()}
+	}
+	if f.Type != "ack" || f.Last == nil {
+		return 0, &ProtocolError{"ack", fmt.Sprintf("type %q, last %v", f.Type, f.Last)}
+	}
+	return *f.Last, nil
+}

@@ -1,0 +1,320 @@
+package push
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"edgegw/ringstore"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+// mqttLink is the paho client with every trap of PITFALLS.md handled:
+// ordered memory store (QoS 1 resent in order after a reconnect),
+// SetOrderMatters(false), SetWriteTimeout, a bounded reconnect interval,
+// SetConnectRetry, a retained status with a retained last will, and the
+// link state read with IsConnectionOpen (IsConnected is true while
+// reconnecting). Changes of the link are broadcast like Queue.Wait.
+type mqttLink struct {
+	c      mqtt.Client
+	prefix string
+
+	mu      sync.Mutex
+	change  chan struct{} // closed at the next connect or loss
+	connSeq int           // connects so far
+}
+
+func (p *Pusher) newMQTT() *mqttLink {
+	m := p.cfg.MQTT
+	l := &mqttLink{prefix: m.TopicPrefix, change: make(chan struct{})}
+	log := p.log.With("broker", m.Broker)
+	o := mqtt.NewClientOptions().
+		AddBroker(m.Broker).
+		SetClientID(m.ClientID).
+		SetUsername(m.Username).
+		SetPassword(m.Password).
+		SetCleanSession(true).
+		SetStore(mqtt.NewOrderedMemoryStore()).
+		SetOrderMatters(false).
+		SetWriteTimeout(10*time.Second).
+		SetConnectTimeout(10*time.Second).
+		SetKeepAlive(30*time.Second).
+		SetAutoReconnect(true).
+		SetConnectRetry(true).
+		SetConnectRetryInterval(m.ReconnectMin).
+		SetMaxReconnectInterval(m.ReconnectMax).
+		SetWill(m.TopicPrefix+"/status", "offline", 1, true)
+	if p.tlsMQTT != nil {
+		o.SetTLSConfig(p.tlsMQTT)
+	}
+	o.SetOnConnectHandler(func(c mqtt.Client) {
+		c.Publish(l.prefix+"/status", 1, true, "online") // not waited for: we are in paho's callback
+		l.mu.Lock()
+		l.connSeq++
+		if l.connSeq > 1 {
+			p.st.Reconnects.Add(1)
+		}
+		l.mu.Unlock()
+		log.Info("push: mqtt: connected")
+		l.notify()
+	})
+	o.SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+		log.Warn("push: mqtt: connection lost", "err", err)
+		l.notify()
+	})
+	l.c = mqtt.NewClient(o)
+	return l
+}
+
+func (l *mqttLink) notify() {
+	l.mu.Lock()
+	close(l.change)
+	l.change = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// changed returns a channel closed by the next connect or connection loss.
+func (l *mqttLink) changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.change
+}
+
+func (l *mqttLink) up() bool { return l.c.IsConnectionOpen() }
+
+// start connects in the background (paho retries by itself).
+func (l *mqttLink) start() { l.c.Connect() }
+
+// stop publishes "offline" (when connected) and disconnects. Disconnect
+// returns while paho may still be inside a reconnect attempt (sleeping up to
+// its reconnect interval); stop waits for that, bounded by wait, so that
+// Run leaves no paho goroutine behind in the usual case.
+func (l *mqttLink) stop(wait time.Duration) {
+	if l.up() {
+		l.c.Publish(l.prefix+"/status", 1, true, "offline").WaitTimeout(time.Second)
+	}
+	l.c.Disconnect(250)
+	deadline := time.Now().Add(wait)
+	for l.c.IsConnected() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // paho offers no channel for "fully disconnected"
+	}
+}
+
+type pub struct {
+	tok  mqtt.Token
+	last uint64
+	n    int
+	sent time.Time
+}
+
+// mqttSender sends the batch stream to <prefix>/batch while WebSocket is
+// down. A batch leaves the queue only when its token completes without
+// error (PUBACK for QoS 1) within AckTimeout; on a timeout or error the
+// sender starts again from the oldest unacknowledged sample (the receiver
+// dedups what the broker got twice).
+func (p *Pusher) mqttSender(ctx context.Context, l *mqttLink) {
+	w, m := p.cfg.WS, p.cfg.MQTT
+	topic := m.TopicPrefix + "/batch"
+	log := p.log.With("broker", m.Broker, "topic", topic)
+	after := p.q.Acked()
+	var inflight []pub
+	var buf []ringstore.Sample
+	var lingerUntil time.Time
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if ctx.Err() != nil {
+			return // stopped: publish nothing more
+		}
+		change := l.changed()
+		up := l.up()
+		// Settle completed tokens, in order.
+		for len(inflight) > 0 {
+			f := inflight[0]
+			if !isDone(f.tok) {
+				break
+			}
+			if err := f.tok.Error(); err != nil {
+				log.Warn("push: mqtt: publish failed; resending from the oldest unacknowledged sample", "last", f.last, "err", err)
+				inflight, after = nil, p.q.Acked()
+				break
+			}
+			p.q.Ack(f.last)
+			p.st.SentMQTT.Add(uint64(f.n))
+			inflight = inflight[1:]
+		}
+		var wake <-chan struct{}
+		if up && len(inflight) < w.Window {
+			wake = p.q.Wait()
+			buf = p.q.PeekAfter(after, w.BatchMax, buf[:0])
+			if len(buf) > 0 {
+				now := time.Now()
+				if lingerUntil.IsZero() && len(buf) < w.BatchMax {
+					lingerUntil = now.Add(w.BatchWait)
+				}
+				if len(buf) >= w.BatchMax || !now.Before(lingerUntil) {
+					last := buf[len(buf)-1].Seq
+					tok := l.c.Publish(topic, m.QoS, false, appendBatch(nil, p.gwJSON, buf))
+					inflight = append(inflight, pub{tok: tok, last: last, n: len(buf), sent: now})
+					after, lingerUntil = last, time.Time{}
+					continue
+				}
+			}
+		}
+		next := time.Hour
+		if !lingerUntil.IsZero() && wake != nil {
+			next = time.Until(lingerUntil)
+		}
+		var done <-chan struct{}
+		if len(inflight) > 0 {
+			done = inflight[0].tok.Done()
+			d := time.Until(inflight[0].sent.Add(w.AckTimeout))
+			if d <= 0 {
+				// Not acknowledged in time: not acked in the queue. It may
+				// still arrive (a duplicate for the receiver to drop).
+				log.Warn("push: mqtt: no PUBACK in time; resending from the oldest unacknowledged sample", "last", inflight[0].last, "timeout", w.AckTimeout)
+				inflight, after = nil, p.q.Acked()
+				continue
+			}
+			next = min(next, d)
+		}
+		timer.Reset(max(next, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-change:
+		case <-wake:
+		case <-done:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+func isDone(t mqtt.Token) bool {
+	select {
+	case <-t.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// mirrorLoop publishes, best effort, every batch frame the WebSocket
+// session sends (mode always). Frames arrive through a bounded channel; when
+// it is full (MQTT slow or down) frames are skipped, never waited for, and
+// logged at a limited rate. Tokens are waited for with a bound so the
+// publisher cannot pile up unbounded work in paho. Mirrored batches never
+// ack the queue (the WebSocket does) and are not counted in SentMQTT.
+func (p *Pusher) mirrorLoop(ctx context.Context, l *mqttLink, frames <-chan []byte, skipped *atomic.Uint64) {
+	topic := p.cfg.MQTT.TopicPrefix + "/batch"
+	rl := rateLog{every: 30 * time.Second}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-frames:
+			if !l.up() {
+				skipped.Add(1) // QoS 1 tokens of a down link would only pile up
+			}
+			if n := skipped.Swap(0); n > 0 {
+				rl.log(p.log, slog.LevelWarn, "push: mqtt: mirror skipped batches (mode always, best effort)", "batches", n)
+			}
+			if !l.up() {
+				continue
+			}
+			t := l.c.Publish(topic, p.cfg.MQTT.QoS, false, f)
+			select {
+			case <-t.Done():
+			case <-ctx.Done():
+				return
+			case <-time.After(p.cfg.WS.AckTimeout):
+			}
+		}
+	}
+}
+
+// perTagLoop publishes the latest value of every tag to the retained topic
+// <prefix>/<device>/<tag> at QoS 0, payload
+//
+//	{"value":21.5,"quality":"good","ts":1764450000123456,"seq":42}
+//
+// at most once per BatchWait, only what changed since the last round, and
+// everything again after each (re)connect. QoS 0 published while paho is
+// reconnecting is dropped silently: by design for "last value" topics, and
+// the republish on connect repairs it.
+func (p *Pusher) perTagLoop(ctx context.Context, l *mqttLink) {
+	var published uint64 // snapshot seq published up to
+	connSeen := -1
+	pace := time.NewTimer(0)
+	defer pace.Stop()
+	for {
+		change := l.changed()
+		wake := p.q.Wait()
+		select {
+		case <-ctx.Done():
+			return
+		case <-pace.C:
+		}
+		if l.up() {
+			l.mu.Lock()
+			cs := l.connSeq
+			l.mu.Unlock()
+			all := cs != connSeen
+			snap := p.cfg.Latest()
+			if snap == nil {
+				snap = &ringstore.Snapshot{}
+			}
+			for i := range snap.Latest {
+				s := &snap.Latest[i]
+				if !all && s.Seq <= published {
+					continue
+				}
+				payload := appendTagValue(nil, s) // paho keeps the slice until written: never reuse it
+				l.c.Publish(l.prefix+"/"+topicPart(s.Device)+"/"+topicPart(s.Tag), 0, true, payload)
+			}
+			published, connSeen = snap.Seq, cs
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-change:
+		}
+		pace.Reset(p.cfg.WS.BatchWait)
+	}
+}
+
+// appendTagValue writes {"value":…,"quality":…,"ts":…,"seq":…} using the
+// sample's own encoder for the value.
+func appendTagValue(b []byte, s *ringstore.Sample) []byte {
+	j := s.AppendJSON(nil)
+	// {"seq":N,"device":"..","tag":"..","value":V,"quality":"q","ts":T}
+	i := strings.Index(string(j), `,"value":`)
+	b = append(b, '{')
+	b = append(b, j[i+1:len(j)-1]...)
+	b = append(b, `,"seq":`...)
+	b = fmt.Appendf(b, "%d}", s.Seq)
+	return b
+}
+
+// topicPart makes a name safe as one MQTT topic level.
+func topicPart(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '/', '+', '#', 0:
+			return '_'
+		}
+		return r
+	}, s)
+}

@@ -1,0 +1,161 @@
+package push
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"edgegw/stats"
+)
+
+// Run sends the queue upstream until ctx ends: it owns the WebSocket dial
+// loop and sessions, the MQTT client, the MQTT batch sender, the per-tag
+// publisher and the failover policy. It returns after all have exited.
+//
+// Failover: the WebSocket session has the batch stream whenever it is
+// connected. When it has been down longer than FallbackAfter (mode fallback
+// or always), the MQTT sender takes the stream from the oldest
+// unacknowledged sample. When WebSocket connects again, the MQTT sender is
+// told to stop (it publishes nothing more; its unconfirmed batches stay
+// unacknowledged, a late PUBACK still acks what the broker got) and the
+// session starts from the oldest unacknowledged sample: no gap, no
+// reordering within a path, duplicates possible across paths. Acks are
+// cumulative and only move forward, so the two never undo each other.
+func (p *Pusher) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	mode := p.cfg.MQTT.Mode
+
+	var link *mqttLink
+	if mode != ModeOff {
+		link = p.newMQTT()
+		link.start()
+		if !p.cfg.MQTT.NoPerTagTopics && p.cfg.Latest != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); p.perTagLoop(ctx, link) }()
+		}
+		if mode == ModeAlways && p.cfg.WS.URL != "" {
+			frames := make(chan []byte, 64)
+			skipped := new(atomic.Uint64)
+			p.mirror = func(f []byte) {
+				select {
+				case frames <- append([]byte(nil), f...):
+				default: // best effort: MQTT is slow or down
+					skipped.Add(1)
+				}
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); p.mirrorLoop(ctx, link, frames, skipped) }()
+		}
+	}
+	events := make(chan wsEvent)
+	if p.cfg.WS.URL != "" {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.wsLoop(ctx, events) }()
+	}
+
+	// The MQTT sender, when it has the stream. Stopping it does not wait:
+	// a paho Publish on a dead link can block for the write timeout, and
+	// the WebSocket must not wait for that. A late PUBACK of the stopped
+	// sender still acks (the broker has the batch); the next sender waits
+	// for the old one to be gone, so MQTT never has two senders.
+	var senderCancel context.CancelFunc
+	var senderDone chan struct{}
+	stopSender := func() {
+		if senderCancel != nil {
+			senderCancel()
+			senderCancel = nil
+		}
+	}
+	startSender := func() {
+		if senderCancel != nil || link == nil {
+			return
+		}
+		if senderDone != nil {
+			<-senderDone
+		}
+		var sctx context.Context
+		sctx, senderCancel = context.WithCancel(ctx)
+		senderDone = make(chan struct{})
+		done := senderDone
+		go func() { defer close(done); p.mqttSender(sctx, link) }()
+	}
+
+	// Shutdown order: stop everything, wait for it, then say "offline".
+	defer func() {
+		cancel()
+		if senderDone != nil {
+			<-senderDone
+		}
+		wg.Wait()
+		if link != nil {
+			link.stop(min(p.cfg.MQTT.ReconnectMax+time.Second, 5*time.Second))
+		}
+		p.publishState()
+	}()
+	unauthorized, wsIsUp := false, false
+	// The dispatcher is the only writer of State.Path.
+	updatePath := func() {
+		switch {
+		case wsIsUp:
+			p.setPath(stats.PathWebSocket)
+		case unauthorized:
+			p.setPath(stats.PathUnauthorized) // sticky: it needs a person, even while MQTT carries the data
+		case senderCancel != nil && link.up():
+			p.setPath(stats.PathMQTT)
+		default:
+			p.setPath(stats.PathBuffering)
+		}
+	}
+	fallback := time.NewTimer(p.cfg.MQTT.FallbackAfter)
+	defer fallback.Stop()
+	if p.cfg.WS.URL == "" {
+		startSender() // MQTT is the only path
+	}
+	var linkChange <-chan struct{}
+	if link != nil {
+		linkChange = link.changed()
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	p.publishState()
+	for {
+		updatePath()
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-events:
+			switch ev.kind {
+			case wsUp:
+				wsIsUp = true
+				fallback.Stop()
+				stopSender()
+				updatePath()
+				close(ev.granted)
+			case wsDown, wsUnauthorized:
+				wsIsUp = false
+				unauthorized = unauthorized || ev.kind == wsUnauthorized
+				if mode != ModeOff {
+					fallback.Reset(p.cfg.MQTT.FallbackAfter)
+				}
+			}
+		case <-fallback.C:
+			if mode != ModeOff && !wsIsUp {
+				startSender()
+			}
+		case <-linkChange:
+			linkChange = link.changed()
+		case <-tick.C:
+			p.publishState()
+		}
+	}
+}
+
+func (p *Pusher) publishState() {
+	qs := p.q.Stats()
+	p.st.QueueSamples.Store(qs.Samples)
+	p.st.QueueBytes.Store(qs.Bytes)
+	p.st.OldestUnackUS.Store(qs.OldestTS)
+	p.st.Dropped.Store(qs.Dropped)
+}

@@ -1,0 +1,308 @@
+package push
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"edgegw/ringstore"
+
+	"github.com/gorilla/websocket"
+)
+
+const (
+	wsReadLimit    = 1 << 20 // acks are tiny; anything big is a broken peer
+	wsWriteTimeout = 10 * time.Second
+)
+
+// UnauthorizedError is the receiver refusing the gateway's token (HTTP 401
+// or 403 on the WebSocket handshake). The pusher stops dialling.
+type UnauthorizedError struct {
+	URL    string
+	Status int
+}
+
+func (e *UnauthorizedError) Error() string {
+	return fmt.Sprintf("push: websocket %s: receiver refused the token (HTTP %d)", e.URL, e.Status)
+}
+
+// wsEvent tells the dispatcher about the WebSocket link.
+type wsEvent struct {
+	kind    int           // wsUp, wsDown, wsUnauthorized
+	granted chan struct{} // wsUp: closed by the dispatcher once MQTT has stopped sending
+}
+
+const (
+	wsUp = iota
+	wsDown
+	wsUnauthorized
+)
+
+// wsLoop dials with backoff, asks the dispatcher for the batch stream and
+// runs one session per connection. It returns when ctx ends or the token
+// is refused.
+func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
+	w := p.cfg.WS
+	// gorilla watches ctx only while connecting, not during the HTTP
+	// handshake (only HandshakeTimeout bounds it): keep the socket at hand
+	// so that cancelling Run interrupts a handshake at once.
+	var dialMu sync.Mutex
+	var dialing net.Conn
+	var nd net.Dialer
+	dialer := &websocket.Dialer{
+		Proxy:            http.ProxyFromEnvironment,
+		HandshakeTimeout: w.HandshakeTimeout,
+		TLSClientConfig:  p.tlsWS,
+		ReadBufferSize:   4 << 10,
+		WriteBufferSize:  64 << 10,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := nd.DialContext(ctx, network, addr)
+			dialMu.Lock()
+			dialing = c
+			dialMu.Unlock()
+			return c, err
+		},
+	}
+	interrupt := func() {
+		dialMu.Lock()
+		if dialing != nil {
+			_ = dialing.SetDeadline(time.Unix(1, 0))
+		}
+		dialMu.Unlock()
+	}
+	log := p.log.With("url", w.URL)
+	bo := backoff{min: w.ReconnectMin, max: w.ReconnectMax}
+	fails := rateLog{every: 30 * time.Second}
+	connects := 0
+	for {
+		stopWatch := context.AfterFunc(ctx, interrupt)
+		conn, resp, err := dialer.DialContext(ctx, w.URL, p.header)
+		stopWatch()
+		dialMu.Lock()
+		dialing = nil
+		dialMu.Unlock()
+		if err == nil && ctx.Err() != nil {
+			conn.Close()
+			return
+		}
+		if resp != nil && resp.Body != nil {
+			resp.Body.Close()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+				uerr := &UnauthorizedError{URL: w.URL, Status: resp.StatusCode}
+				log.Error("push: websocket: receiver refused the token; not retrying (check the token file, then restart)", "err", uerr)
+				send(ctx, events, wsEvent{kind: wsUnauthorized})
+				return
+			}
+			d := bo.next()
+			fails.log(log, slog.LevelWarn, "push: websocket: dial failed", "err", err, "retry_in", d.Round(time.Millisecond))
+			if !sleepCtx(ctx, d) {
+				return
+			}
+			continue
+		}
+		bo.reset()
+		fails.reset()
+		connects++
+		if connects > 1 {
+			p.st.Reconnects.Add(1)
+		}
+		granted := make(chan struct{})
+		if !send(ctx, events, wsEvent{kind: wsUp, granted: granted}) {
+			conn.Close()
+			return
+		}
+		select {
+		case <-granted:
+		case <-ctx.Done():
+			conn.Close()
+			return
+		}
+		log.Info("push: websocket: connected")
+		err = p.session(ctx, conn)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("push: websocket: connection lost", "err", err)
+		if !send(ctx, events, wsEvent{kind: wsDown}) {
+			return
+		}
+		if !sleepCtx(ctx, bo.next()) {
+			return
+		}
+	}
+}
+
+func send(ctx context.Context, ch chan<- wsEvent, ev wsEvent) bool {
+	if ch == nil {
+		return false
+	}
+	select {
+	case ch <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+type flight struct {
+	last uint64
+	n    int
+	sent time.Time
+}
+
+// session runs one connection: this goroutine writes batches and pings, a
+// reader goroutine takes acks (and pongs). It starts from the oldest
+// unacknowledged sample, keeps up to Window batches in flight and returns
+// after the reader has exited.
+func (p *Pusher) session(ctx context.Context, conn *websocket.Conn) error {
+	w := p.cfg.WS
+	var sentLast, ackedLast atomic.Uint64
+	ackNote := make(chan struct{}, 1)
+	readErr := make(chan error, 1)
+	deadline := w.PingInterval + w.AckTimeout
+	conn.SetReadLimit(wsReadLimit)
+	_ = conn.SetReadDeadline(time.Now().Add(deadline))
+	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(deadline)) })
+	go func() {
+		for {
+			_, msg, err := conn.ReadMessage()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(deadline))
+			last, err := parseAck(msg)
+			if err == nil && last > sentLast.Load() {
+				err = &ProtocolError{"ack", fmt.Sprintf("last %d beyond what was sent (%d)", last, sentLast.Load())}
+			}
+			if err != nil {
+				readErr <- err
+				return
+			}
+			p.q.Ack(last)
+			if last > ackedLast.Load() {
+				ackedLast.Store(last)
+			}
+			select {
+			case ackNote <- struct{}{}:
+			default:
+			}
+		}
+	}()
+
+	err := p.sessionWrite(ctx, conn, &sentLast, &ackedLast, ackNote, readErr)
+	// Close: a close frame, then the socket; the reader then ends.
+	_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	conn.Close()
+	if rerr := <-readErr; err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLast, ackedLast *atomic.Uint64,
+	ackNote <-chan struct{}, readErr chan error) error {
+	w := p.cfg.WS
+	after := p.q.Acked() // resend from the oldest unacknowledged sample
+	var inflight []flight
+	var buf []ringstore.Sample
+	var frame []byte
+	var lingerUntil time.Time
+	ping := time.NewTicker(w.PingInterval)
+	defer ping.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		// Settle acknowledged batches.
+		acked := ackedLast.Load()
+		for len(inflight) > 0 && inflight[0].last <= acked {
+			p.st.SentWS.Add(uint64(inflight[0].n))
+			inflight = inflight[1:]
+		}
+		var wake <-chan struct{}
+		if len(inflight) < w.Window {
+			wake = p.q.Wait()
+			buf = p.q.PeekAfter(after, w.BatchMax, buf[:0])
+			if len(buf) > 0 {
+				now := time.Now()
+				if lingerUntil.IsZero() && len(buf) < w.BatchMax {
+					lingerUntil = now.Add(w.BatchWait)
+				}
+				if len(buf) >= w.BatchMax || !now.Before(lingerUntil) {
+					last := buf[len(buf)-1].Seq
+					frame = appendBatch(frame[:0], p.gwJSON, buf)
+					sentLast.Store(last)
+					_ = conn.SetWriteDeadline(now.Add(wsWriteTimeout))
+					if err := conn.WriteMessage(websocket.TextMessage, frame); err != nil {
+						return fmt.Errorf("push: websocket: write batch %d-%d: %w", buf[0].Seq, last, err)
+					}
+					if p.mirror != nil {
+						p.mirror(frame)
+					}
+					inflight = append(inflight, flight{last: last, n: len(buf), sent: now})
+					after, lingerUntil = last, time.Time{}
+					continue
+				}
+			}
+		}
+		// Wait for: more samples, an ack, the linger or ack deadline, a ping.
+		next := time.Duration(-1)
+		if !lingerUntil.IsZero() && wake != nil {
+			next = time.Until(lingerUntil)
+		}
+		if len(inflight) > 0 {
+			d := time.Until(inflight[0].sent.Add(w.AckTimeout))
+			if d <= 0 {
+				return fmt.Errorf("push: websocket: no ack for batch up to %d within %v", inflight[0].last, w.AckTimeout)
+			}
+			if next < 0 || d < next {
+				next = d
+			}
+		}
+		if next < 0 {
+			next = time.Hour
+		}
+		timer.Reset(max(next, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-readErr:
+			readErr <- err // for session's final receive
+			return err
+		case <-ackNote:
+		case <-wake:
+		case <-timer.C:
+		case <-ping.C:
+			if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteTimeout)); err != nil {
+				return fmt.Errorf("push: websocket: ping: %w", err)
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}

@@ -1,0 +1,896 @@
+package ringstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Queue defaults.
+const (
+	DefaultQueueMaxBytes   = 64 << 20
+	DefaultFsyncInterval   = time.Second
+	DefaultQueueMaxPending = 1 << 16
+	queueCacheSamples      = 8192 // written samples kept in memory for Peek
+	maxRecordSamples       = 256  // samples per record
+	maxDropRanges          = 1024 // DroppedRanges kept (the counter is exact regardless)
+	ackFile                = "queue.ack"
+	segSuffix              = ".seg"
+)
+
+// Fsync policies.
+const (
+	FsyncBatched = "batched" // a sync at most every FsyncInterval (default)
+	FsyncAlways  = "always"  // a sync after every write
+	FsyncNever   = "never"   // leave it to the OS
+)
+
+// QueueConfig configures OpenQueue. The zero value is a 64 MiB memory queue.
+type QueueConfig struct {
+	Dir           string        // "" = memory only
+	MaxBytes      int64         // bound; beyond it the oldest samples are dropped and counted (64 MiB)
+	Fsync         string        // FsyncBatched (default), FsyncAlways or FsyncNever
+	FsyncInterval time.Duration // for FsyncBatched, and how often the ack mark is saved (1s)
+	SegmentBytes  int64         // segment file size (MaxBytes/16 within [64 KiB, 8 MiB])
+	MaxPending    int           // hand-off buffer between Append and the writer, in samples (65536)
+	Logger        *slog.Logger
+}
+
+// SeqRange is an inclusive range of sequence numbers.
+type SeqRange struct{ First, Last uint64 }
+
+// QueueStats is a copy of the queue's counters.
+type QueueStats struct {
+	Samples       int64      // unacknowledged samples held
+	Bytes         int64      // bytes they take (disk; the head segment prorated) or their memory estimate
+	OldestTS      int64      // TS of the oldest unacknowledged sample, 0 if none
+	Acked         uint64     // everything <= Acked is acknowledged (or dropped)
+	Unwritten     int64      // samples in the hand-off buffer, not yet written to disk
+	Dropped       uint64     // samples dropped (bound exceeded, hand-off full, unreadable segment)
+	DroppedRanges []SeqRange // where the drops were (first 1024 ranges)
+	Recovered     int64      // bytes cut from torn or corrupt segment tails at open
+	Segments      int        // segment files
+}
+
+type run struct{ first, last uint64 }
+
+// segment is one file of records; its samples are runs of consecutive seqs.
+type segment struct {
+	first uint64 // from the file name
+	path  string
+	size  int64
+	runs  []run
+}
+
+func (s *segment) last() uint64 {
+	if len(s.runs) == 0 {
+		return 0
+	}
+	return s.runs[len(s.runs)-1].last
+}
+
+func (s *segment) count() int64 { return s.countAbove(0) }
+
+func (s *segment) countAbove(h uint64) int64 {
+	var n int64
+	for _, r := range s.runs {
+		if r.last > h {
+			f := r.first
+			if f <= h {
+				f = h + 1
+			}
+			n += int64(r.last - f + 1)
+		}
+	}
+	return n
+}
+
+func (s *segment) add(first, last uint64) {
+	if n := len(s.runs); n > 0 && s.runs[n-1].last+1 == first {
+		s.runs[n-1].last = last
+		return
+	}
+	s.runs = append(s.runs, run{first, last})
+}
+
+// Queue is the durable store-and-forward queue between the ring and the
+// upstream pusher: the ring's OnAppend hook hands it every batch, the pusher
+// reads the oldest unacknowledged samples (Peek, PeekAfter) and removes them
+// only on acknowledgement (Ack) — a transaction, as telegraf's buffer does.
+//
+// Ordering: samples carry the ring's global seq, so the queue is strictly
+// ordered by seq. It is gap-free except where samples were dropped, and
+// every drop is counted (Dropped) and located (DroppedRanges).
+//
+// Disk layout (Dir set): segment files "<first seq, 20 digits>.seg" of
+// records (layout in queue_codec.go: length + CRC-32C + compact samples,
+// about 17-20 bytes per sample), written by Run's goroutine only; and
+// "queue.ack", the decimal seq up to which everything is acknowledged,
+// replaced by rename. Open scans every segment: a partial or corrupt record
+// ends that segment — the file is cut there, logged and counted in
+// Recovered; it is never fatal. Segments holding only acknowledged samples
+// are deleted. Beyond MaxBytes the oldest segment is deleted and its
+// unacknowledged samples counted as dropped (segments are MaxBytes/16, so a
+// drop costs at most 1/16 of the bound).
+//
+// Crash semantics: what Run has written survives SIGKILL (the page cache);
+// a power loss keeps what was synced (Fsync policy). The ack mark is saved
+// at most every FsyncInterval (each write with FsyncAlways) and at Close, so
+// after a crash a few already-acknowledged samples may be sent again —
+// receivers dedup by (gateway, seq) — but an unacknowledged sample is never
+// skipped.
+//
+// Memory: Append only copies the batch into a bounded hand-off buffer
+// (MaxPending samples; full = the batch is dropped and counted) and never
+// touches the disk, because it runs under the ring's lock. The last 8192
+// written samples stay in memory so that a sender keeping up never reads
+// the disk. Memory-only mode (Dir "") keeps the same semantics in RAM with
+// MaxBytes bounding an estimate of the samples' size.
+//
+// Why not github.com/tidwall/wal (telegraf's disk buffer): its indexes must
+// be contiguous (Write(index) with index == last+1), but seqs jump after a
+// restart and at drops; it refuses to open a log with a corrupt tail
+// (ErrCorrupt) where a torn last record must be cut and logged; and
+// TruncateFront rewrites the head segment, which we would call on every ack.
+// A segment is a few lines of code here: append-only records, whole-file
+// delete.
+//
+// Concurrency: all methods are safe for concurrent use. Append and Ack take
+// only the queue's mutex for a short, disk-free critical section; Peek reads
+// the disk outside it; Run is the only writer of files. Call Close after Run
+// has returned.
+type Queue struct {
+	cfg     QueueConfig
+	log     *slog.Logger
+	segSize int64
+	kick    chan struct{} // wakes the writer (cap 1)
+
+	mu        sync.Mutex
+	head      uint64     // acknowledged (or dropped) up to here
+	segs      []*segment // oldest first; the last one is the active one while open
+	mem       []Sample   // mem[memOff:]: cached written samples, then unwritten ones
+	memOff    int
+	written   int    // mem[memOff:memOff+written] is on disk (disk mode)
+	diskOnly  uint64 // samples with seq <= diskOnly may be on disk only
+	memBytes  int64  // memory mode: estimate of mem's size
+	dropped   uint64
+	ranges    []SeqRange
+	recovered int64
+	wake      chan struct{}
+	closed    bool
+	oldestFor uint64 // head for which oldestTS is valid (+1; 0 = invalid)
+	oldestTS  int64
+
+	wmu          sync.Mutex // the writer: active file, sync and ack-mark state
+	wf           *os.File
+	wseg         *segment
+	wbuf         []Sample
+	enc          []byte
+	dirty        bool
+	lastSync     time.Time
+	ackSaved     uint64
+	lastAckWrite time.Time
+	errLogged    time.Time
+
+	rmu   sync.Mutex // the disk reader's cursor
+	rcur  cursor
+	rbuf  []byte
+	names map[string]string // interned device and tag names
+}
+
+type cursor struct {
+	path string
+	off  int64
+	seq  uint64 // first seq of the record at off
+}
+
+// OpenQueue opens (or creates) the queue in cfg.Dir and recovers what is on
+// disk: a torn or corrupt tail is cut at the last complete record and logged.
+func OpenQueue(cfg QueueConfig) (*Queue, error) {
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultQueueMaxBytes
+	}
+	switch cfg.Fsync {
+	case "":
+		cfg.Fsync = FsyncBatched
+	case FsyncBatched, FsyncAlways, FsyncNever:
+	default:
+		return nil, fmt.Errorf("ringstore: queue: unknown fsync policy %q (batched, always, never)", cfg.Fsync)
+	}
+	if cfg.FsyncInterval <= 0 {
+		cfg.FsyncInterval = DefaultFsyncInterval
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultQueueMaxPending
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	seg := cfg.SegmentBytes
+	if seg <= 0 {
+		seg = min(max(cfg.MaxBytes/16, 64<<10), 8<<20)
+	}
+	q := &Queue{cfg: cfg, log: cfg.Logger, segSize: seg, kick: make(chan struct{}, 1), wake: make(chan struct{}), names: make(map[string]string)}
+	if cfg.Dir == "" {
+		return q, nil
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("ringstore: queue: %w", err)
+	}
+	if err := q.recover(); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+func (q *Queue) recover() error {
+	dir := q.cfg.Dir
+	b, err := os.ReadFile(filepath.Join(dir, ackFile))
+	switch {
+	case os.IsNotExist(err):
+	case err != nil:
+		return fmt.Errorf("ringstore: queue: %w", err)
+	default:
+		v, perr := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if perr != nil {
+			// A torn ack mark: start from 0; acknowledged samples come
+			// back (receivers dedup), nothing unacknowledged is lost.
+			q.log.Warn("ringstore: queue: unreadable ack mark, resending from the oldest segment", "file", filepath.Join(dir, ackFile), "content", string(b))
+		} else {
+			q.head = v
+		}
+	}
+	q.ackSaved = q.head
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("ringstore: queue: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), segSuffix) && !e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names) // names are zero-padded first seqs
+	for _, name := range names {
+		first, perr := strconv.ParseUint(strings.TrimSuffix(name, segSuffix), 10, 64)
+		path := filepath.Join(dir, name)
+		if perr != nil {
+			q.log.Warn("ringstore: queue: ignoring a file that is not a segment", "file", path)
+			continue
+		}
+		s, err := q.scanSegment(path, first)
+		if err != nil {
+			return err
+		}
+		if s.count() == 0 || s.last() <= q.head {
+			if err := os.Remove(path); err != nil {
+				return fmt.Errorf("ringstore: queue: %w", err)
+			}
+			continue
+		}
+		q.segs = append(q.segs, s)
+	}
+	if n := len(q.segs); n > 0 {
+		q.diskOnly = q.segs[n-1].last()
+	}
+	return nil
+}
+
+// scanSegment reads every record of a segment file, cutting it at the first
+// incomplete or corrupt one.
+func (q *Queue) scanSegment(path string, first uint64) (*segment, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("ringstore: queue: %w", err)
+	}
+	s := &segment{first: first, path: path}
+	off := 0
+	for off < len(b) {
+		size, f, n, err := recordSpan(b[off:])
+		if err == nil && len(s.runs) > 0 && f <= s.last() {
+			err = fmt.Errorf("record seq %d not after %d", f, s.last())
+		}
+		if err != nil {
+			cut := int64(len(b) - off)
+			why := "torn tail (partial last record)"
+			if !errors.Is(err, errShort) {
+				why = "corrupt record: " + err.Error()
+			}
+			q.log.Warn("ringstore: queue: cut segment tail", "file", path, "offset", off, "bytes", cut, "why", why)
+			if terr := os.Truncate(path, int64(off)); terr != nil {
+				return nil, fmt.Errorf("ringstore: queue: cut %s at %d: %w", path, off, terr)
+			}
+			q.recovered += cut
+			break
+		}
+		s.add(f, f+uint64(n)-1)
+		off += size
+	}
+	s.size = int64(off)
+	return s, nil
+}
+
+// estBytes is the memory-mode cost of a sample: the struct's fixed part plus
+// its strings (an estimate; the strings are usually shared with the ring).
+func estBytes(s *Sample) int64 { return 64 + int64(len(s.Device)+len(s.Tag)) }
+
+// Append hands a batch (consecutive seqs, as the ring numbers them) to the
+// queue. Called under the ring's lock: it never touches the disk. When the
+// hand-off buffer is full (disk mode) the batch is dropped and counted; in
+// memory mode the oldest samples beyond MaxBytes are dropped and counted.
+func (q *Queue) Append(batch []Sample) {
+	if len(batch) == 0 {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := len(batch)
+	if q.closed || (q.cfg.Dir != "" && len(q.mem)-q.memOff-q.written+n > q.cfg.MaxPending) {
+		q.addDrop(batch[0].Seq, batch[n-1].Seq, uint64(n))
+		return
+	}
+	q.mem = append(q.mem, batch...)
+	if q.cfg.Dir == "" {
+		for i := range batch {
+			q.memBytes += estBytes(&batch[i])
+		}
+		for q.memBytes > q.cfg.MaxBytes && len(q.mem)-q.memOff > 0 {
+			s := &q.mem[q.memOff]
+			q.memBytes -= estBytes(s)
+			q.addDrop(s.Seq, s.Seq, 1)
+			q.head = max(q.head, s.Seq)
+			q.popFront()
+		}
+	}
+	close(q.wake)
+	q.wake = make(chan struct{})
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (q *Queue) popFront() {
+	q.mem[q.memOff] = Sample{}
+	q.memOff++
+	if q.memOff == len(q.mem) {
+		q.mem, q.memOff = q.mem[:0], 0
+	} else if q.memOff > 1024 && q.memOff > len(q.mem)/2 {
+		n := copy(q.mem, q.mem[q.memOff:])
+		clear(q.mem[n:])
+		q.mem, q.memOff = q.mem[:n], 0
+	}
+}
+
+func (q *Queue) addDrop(first, last, n uint64) {
+	q.dropped += n
+	if k := len(q.ranges); k > 0 && q.ranges[k-1].Last+1 == first {
+		q.ranges[k-1].Last = last
+		return
+	}
+	if len(q.ranges) < maxDropRanges {
+		q.ranges = append(q.ranges, SeqRange{first, last})
+	}
+}
+
+// Wait returns a channel closed by the next Append. Take it before Peek:
+// an append between the two then still wakes the caller.
+func (q *Queue) Wait() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.wake
+}
+
+// Acked is the sequence number up to which everything is acknowledged or dropped.
+func (q *Queue) Acked() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.head
+}
+
+// Ack acknowledges every sample with seq <= last. The mark is saved by the
+// writer (at once with FsyncAlways, else at most every FsyncInterval and at
+// Close), so a crash may bring back a few acknowledged samples, never skip
+// an unacknowledged one.
+func (q *Queue) Ack(last uint64) {
+	q.mu.Lock()
+	if last <= q.head {
+		q.mu.Unlock()
+		return
+	}
+	q.head = last
+	if q.cfg.Dir == "" {
+		for len(q.mem)-q.memOff > 0 && q.mem[q.memOff].Seq <= last {
+			q.memBytes -= estBytes(&q.mem[q.memOff])
+			q.popFront()
+		}
+	} else {
+		for q.written > 0 && q.mem[q.memOff].Seq <= last {
+			q.popFront()
+			q.written--
+		}
+	}
+	q.mu.Unlock()
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Peek returns up to max of the oldest unacknowledged samples, in order,
+// appended to dst, without removing them.
+func (q *Queue) Peek(max int, dst []Sample) []Sample { return q.PeekAfter(0, max, dst) }
+
+// PeekAfter is Peek for the samples with seq > after (and > Acked): a sender
+// with batches in flight reads past them. The result is always a gap-free
+// continuation: a sample is never skipped unless it was dropped (and counted).
+func (q *Queue) PeekAfter(after uint64, max int, dst []Sample) []Sample {
+	if max <= 0 {
+		return dst
+	}
+	start := len(dst)
+	for attempt := 0; attempt < 4; attempt++ {
+		q.mu.Lock()
+		after = maxU(after, q.head)
+		if after >= q.diskOnly || q.cfg.Dir == "" {
+			dst = q.peekMem(after, max, dst)
+			q.mu.Unlock()
+			return dst
+		}
+		segs := make([]segment, 0, 4)
+		for _, s := range q.segs {
+			if s.last() > after {
+				segs = append(segs, segment{first: s.first, path: s.path, size: s.size, runs: s.runs[len(s.runs)-1:]})
+			}
+		}
+		diskOnly := q.diskOnly
+		q.mu.Unlock()
+
+		dst = q.peekDisk(segs, after, diskOnly, max, dst)
+		got := len(dst) - start
+		if got > 0 {
+			last := dst[len(dst)-1].Seq
+			if got < max && last >= diskOnly {
+				q.mu.Lock()
+				if last >= q.diskOnly {
+					dst = q.peekMem(maxU(last, q.head), max-got, dst)
+				}
+				q.mu.Unlock()
+			}
+			return dst
+		}
+		// Nothing read: segments went away under us (acked or dropped) or
+		// the cache moved on; look again.
+	}
+	return dst
+}
+
+func maxU(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func (q *Queue) peekMem(after uint64, max int, dst []Sample) []Sample {
+	m := q.mem[q.memOff:]
+	i := sort.Search(len(m), func(i int) bool { return m[i].Seq > after })
+	for ; i < len(m) && max > 0; i++ {
+		dst = append(dst, m[i])
+		max--
+	}
+	return dst
+}
+
+// peekDisk reads samples > after (and <= upto, beyond which memory serves)
+// from the segment copies, using the cursor to avoid rescanning a segment.
+func (q *Queue) peekDisk(segs []segment, after, upto uint64, max int, dst []Sample) []Sample {
+	q.rmu.Lock()
+	defer q.rmu.Unlock()
+	got := 0
+	for _, s := range segs {
+		if got >= max {
+			break
+		}
+		off := int64(0)
+		if q.rcur.path == s.path && q.rcur.seq <= after+1 && q.rcur.off < s.size {
+			off = q.rcur.off
+		}
+		f, err := os.Open(s.path)
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // acked or dropped meanwhile
+			}
+			q.readFailed(s.path, err)
+			return dst
+		}
+		for off < s.size && got < max {
+			rec, err := q.readRecord(f, off, s.size)
+			if err != nil {
+				q.readFailed(s.path, err)
+				f.Close()
+				return dst
+			}
+			size, first, n, _ := recordSpan(rec)
+			if first+uint64(n)-1 > after {
+				before := len(dst)
+				dst, err = decodeRecord(rec, after, max-got, dst, q.names)
+				if err != nil {
+					q.readFailed(s.path, err)
+					f.Close()
+					return dst
+				}
+				got += len(dst) - before
+				q.rcur = cursor{path: s.path, off: off, seq: first}
+				if got >= max {
+					break
+				}
+			}
+			off += int64(size)
+		}
+		f.Close()
+		if got > 0 && dst[len(dst)-1].Seq >= upto {
+			break
+		}
+	}
+	return dst
+}
+
+// readRecord returns the checked record at off (valid until the next call).
+func (q *Queue) readRecord(f *os.File, off, size int64) ([]byte, error) {
+	if cap(q.rbuf) < recordHeader {
+		q.rbuf = make([]byte, 64<<10)
+	}
+	h := q.rbuf[:recordHeader]
+	if _, err := f.ReadAt(h, off); err != nil {
+		return nil, err
+	}
+	l := int64(h[0]) | int64(h[1])<<8 | int64(h[2])<<16 | int64(h[3])<<24
+	if l == 0 || l > maxRecord || off+recordHeader+l > size {
+		return nil, fmt.Errorf("bad record length %d at offset %d", l, off)
+	}
+	need := int(recordHeader + l)
+	if cap(q.rbuf) < need {
+		q.rbuf = make([]byte, need)
+	}
+	b := q.rbuf[:need]
+	if _, err := f.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && off+int64(need) <= size) {
+		return nil, err
+	}
+	if _, _, _, err := recordSpan(b); err != nil {
+		return nil, fmt.Errorf("offset %d: %w", off, err)
+	}
+	return b, nil
+}
+
+// readFailed drops the unreadable segment (counted) so that the queue moves on.
+func (q *Queue) readFailed(path string, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, s := range q.segs {
+		if s.path != path || (i == len(q.segs)-1 && q.wseg == s) {
+			continue
+		}
+		n := s.countAbove(q.head)
+		q.log.Error("ringstore: queue: unreadable segment dropped", "file", path, "err", err, "samples", n)
+		q.dropSegmentLocked(i)
+		_ = os.Remove(path)
+		return
+	}
+	q.log.Error("ringstore: queue: read failed", "file", path, "err", err)
+}
+
+// dropSegmentLocked removes segs[i] from the queue, counting its
+// unacknowledged samples as dropped.
+func (q *Queue) dropSegmentLocked(i int) {
+	s := q.segs[i]
+	for _, r := range s.runs {
+		if r.last > q.head {
+			f := maxU(r.first, q.head+1)
+			q.addDrop(f, r.last, r.last-f+1)
+		}
+	}
+	q.head = maxU(q.head, s.last())
+	q.segs = append(q.segs[:i], q.segs[i+1:]...)
+	for q.written > 0 && q.mem[q.memOff].Seq <= q.head {
+		q.popFront()
+		q.written--
+	}
+}
+
+// Stats returns the queue's counters.
+func (q *Queue) Stats() QueueStats {
+	q.mu.Lock()
+	st := QueueStats{Acked: q.head, Dropped: q.dropped, Recovered: q.recovered, Segments: len(q.segs)}
+	st.DroppedRanges = append([]SeqRange(nil), q.ranges...)
+	unwritten := q.mem[q.memOff+q.written:]
+	if q.cfg.Dir == "" {
+		st.Samples = int64(len(unwritten))
+		st.Bytes = q.memBytes
+	} else {
+		for _, s := range q.segs {
+			if c := s.count(); c > 0 {
+				a := s.countAbove(q.head)
+				st.Samples += a
+				st.Bytes += s.size * a / c
+			}
+		}
+		for i := range unwritten {
+			if unwritten[i].Seq > q.head {
+				st.Samples++
+				st.Bytes += 24 + int64(len(unwritten[i].Tag))
+			}
+		}
+		st.Unwritten = int64(len(unwritten))
+	}
+	head, ok := q.head, q.oldestFor == q.head+1
+	st.OldestTS = q.oldestTS
+	q.mu.Unlock()
+	if st.Samples == 0 {
+		st.OldestTS = 0
+	} else if !ok {
+		if s := q.PeekAfter(head, 1, nil); len(s) > 0 {
+			st.OldestTS = s[0].TS
+			q.mu.Lock()
+			if q.head == head {
+				q.oldestFor, q.oldestTS = head+1, st.OldestTS
+			}
+			q.mu.Unlock()
+		}
+	}
+	return st
+}
+
+// Run is the writer: it moves handed-off batches to disk, syncs per policy,
+// saves the ack mark and deletes segments that are acknowledged. It returns
+// when ctx ends, after writing what was handed off. Memory mode: it only waits.
+func (q *Queue) Run(ctx context.Context) error {
+	if q.cfg.Dir == "" {
+		<-ctx.Done()
+		return nil
+	}
+	tick := time.NewTicker(q.cfg.FsyncInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			q.flush(true)
+			return nil
+		case <-q.kick:
+		case <-tick.C:
+		}
+		q.flush(false)
+	}
+}
+
+// flush writes everything handed off so far, then syncs and saves the ack
+// mark per policy (or unconditionally when final).
+func (q *Queue) flush(final bool) {
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	for q.writeOnce() {
+	}
+	now := time.Now()
+	if q.dirty && q.wf != nil && (final || q.cfg.Fsync == FsyncBatched && now.Sub(q.lastSync) >= q.cfg.FsyncInterval) {
+		q.sync()
+	}
+	q.mu.Lock()
+	head := q.head
+	q.mu.Unlock()
+	if head != q.ackSaved && (final || q.cfg.Fsync == FsyncAlways || now.Sub(q.lastAckWrite) >= q.cfg.FsyncInterval) {
+		q.saveAck(head)
+	}
+	q.deleteAcked()
+}
+
+func (q *Queue) sync() {
+	if err := q.wf.Sync(); err != nil {
+		q.logErr("sync", err)
+		return
+	}
+	q.dirty = false
+	q.lastSync = time.Now()
+}
+
+func (q *Queue) logErr(what string, err error) {
+	if time.Since(q.errLogged) < 10*time.Second {
+		return
+	}
+	q.errLogged = time.Now()
+	q.log.Error("ringstore: queue: "+what+" failed", "dir", q.cfg.Dir, "err", err)
+}
+
+// writeOnce writes up to a few thousand handed-off samples. It reports
+// whether more are waiting.
+func (q *Queue) writeOnce() bool {
+	q.mu.Lock()
+	pending := q.mem[q.memOff+q.written:]
+	n := min(len(pending), 4*maxRecordSamples)
+	q.wbuf = append(q.wbuf[:0], pending[:n]...)
+	head := q.head
+	more := len(pending) > n
+	q.mu.Unlock()
+	if n == 0 {
+		return false
+	}
+	take := q.wbuf
+	skip := sort.Search(len(take), func(i int) bool { return take[i].Seq > head })
+	done := skip // taken samples accounted for (the acked ones need no write)
+	for i := skip; i < len(take); {
+		j := i + 1
+		for j < len(take) && j-i < maxRecordSamples && take[j].Seq == take[j-1].Seq+1 {
+			j++
+		}
+		q.enc = appendRecord(q.enc[:0], take[i:j])
+		if err := q.writeBytes(take[i].Seq, q.enc); err != nil {
+			q.logErr("write", err)
+			more = false // the rest stays pending; retried on the next kick or tick
+			break
+		}
+		q.mu.Lock()
+		q.wseg.add(take[i].Seq, take[j-1].Seq)
+		q.wseg.size += int64(len(q.enc))
+		q.mu.Unlock()
+		done, i = j, j
+	}
+	q.mu.Lock()
+	q.written += done
+	for q.written > queueCacheSamples {
+		q.diskOnly = maxU(q.diskOnly, q.mem[q.memOff].Seq)
+		q.popFront()
+		q.written--
+	}
+	var total int64
+	for _, s := range q.segs {
+		total += s.size
+	}
+	for total > q.cfg.MaxBytes && len(q.segs) > 1 {
+		s := q.segs[0]
+		q.log.Warn("ringstore: queue: full, dropping the oldest segment", "file", s.path, "samples", s.countAbove(q.head), "max_bytes", q.cfg.MaxBytes)
+		total -= s.size
+		q.dropSegmentLocked(0)
+		_ = os.Remove(s.path)
+	}
+	q.oldestFor = 0
+	q.mu.Unlock()
+	return more
+}
+
+// writeBytes appends b to the active segment, rolling to a new one (named
+// by first) when it is full. On a failed write the file is cut back.
+func (q *Queue) writeBytes(first uint64, b []byte) error {
+	if q.wf == nil || q.wseg.size >= q.segSize {
+		if err := q.roll(first); err != nil {
+			return err
+		}
+	}
+	if _, err := q.wf.Write(b); err != nil {
+		if terr := q.wf.Truncate(q.wseg.size); terr != nil {
+			q.closeActive()
+		} else {
+			_, _ = q.wf.Seek(q.wseg.size, io.SeekStart)
+		}
+		return err
+	}
+	q.dirty = true
+	if q.cfg.Fsync == FsyncAlways {
+		q.sync()
+	}
+	return nil
+}
+
+func (q *Queue) roll(first uint64) error {
+	if q.wf != nil {
+		q.closeActive()
+	}
+	path := filepath.Join(q.cfg.Dir, fmt.Sprintf("%020d%s", first, segSuffix))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	if q.cfg.Fsync != FsyncNever {
+		if err := syncDir(q.cfg.Dir); err != nil {
+			q.logErr("sync dir", err)
+		}
+	}
+	s := &segment{first: first, path: path}
+	q.mu.Lock()
+	q.segs = append(q.segs, s)
+	q.mu.Unlock()
+	q.wf, q.wseg, q.dirty = f, s, false
+	return nil
+}
+
+func (q *Queue) closeActive() {
+	if q.dirty && q.cfg.Fsync != FsyncNever {
+		q.sync()
+	}
+	if err := q.wf.Close(); err != nil {
+		q.logErr("close", err)
+	}
+	q.wf, q.wseg, q.dirty = nil, nil, false
+}
+
+// Ack mark file: the decimal seq up to which everything is acknowledged,
+// written to a temporary file and renamed over the old one.
+func (q *Queue) saveAck(head uint64) {
+	path := filepath.Join(q.cfg.Dir, ackFile)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		q.logErr("save ack mark", err)
+		return
+	}
+	_, err = f.WriteString(strconv.FormatUint(head, 10) + "\n")
+	if err == nil && q.cfg.Fsync != FsyncNever {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		q.logErr("save ack mark", err)
+		return
+	}
+	q.ackSaved, q.lastAckWrite = head, time.Now()
+}
+
+// deleteAcked removes the segments (not the active one) that hold nothing
+// unacknowledged. Their samples' ack may not be saved yet: harmless, a
+// deleted segment cannot come back.
+func (q *Queue) deleteAcked() {
+	q.mu.Lock()
+	var gone []string
+	keep := q.segs[:0]
+	for _, s := range q.segs {
+		if s != q.wseg && s.last() <= q.head {
+			gone = append(gone, s.path)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(q.segs[len(keep):])
+	q.segs = keep
+	q.mu.Unlock()
+	for _, p := range gone {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			q.logErr("remove segment", err)
+		}
+	}
+}
+
+// Close writes what was handed off, syncs, saves the ack mark and closes the
+// files. Call it after Run has returned. Appends after Close are dropped.
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.mu.Unlock()
+	if q.cfg.Dir != "" {
+		q.flush(true)
+		q.wmu.Lock()
+		if q.wf != nil {
+			q.closeActive()
+		}
+		q.wmu.Unlock()
+	}
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	return nil
+}

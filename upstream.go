@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"edgegw/conf"
+	"edgegw/push"
+	"edgegw/ringstore"
+	"edgegw/stats"
+)
+
+// hasUpstream reports whether the config names any upstream path.
+func hasUpstream(c *conf.Config) bool {
+	return c.Upstream.WebSocket.URL != "" || (c.Upstream.MQTT.Broker != "" && c.Upstream.MQTT.Mode != conf.MQTTOff)
+}
+
+// openQueue opens the durable queue under data_dir ("" = memory only).
+func openQueue(c *conf.Config, log *slog.Logger) (*ringstore.Queue, error) {
+	dir := ""
+	if c.Gateway.DataDir != "" {
+		dir = filepath.Join(c.Gateway.DataDir, "queue")
+	}
+	return ringstore.OpenQueue(ringstore.QueueConfig{
+		Dir: dir, MaxBytes: c.Buffer.MaxBytes, Fsync: c.Buffer.Fsync, FsyncInterval: c.Buffer.FsyncInterval,
+		Logger: log,
+	})
+}
+
+// secret reads a token or password file ("" = none), trimming the final newline.
+func secret(what, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// newPusher maps [upstream] onto push.Config, reading the secrets from their files.
+func newPusher(c *conf.Config, q *ringstore.Queue, latest func() *ringstore.Snapshot, st *stats.Upstream, log *slog.Logger) (*push.Pusher, error) {
+	ws, m := c.Upstream.WebSocket, c.Upstream.MQTT
+	token, err := secret("upstream.websocket.token_file", ws.TokenFile)
+	if err != nil {
+		return nil, err
+	}
+	user, err := secret("upstream.mqtt.username_file", m.UsernameFile)
+	if err != nil {
+		return nil, err
+	}
+	pass, err := secret("upstream.mqtt.password_file", m.PasswordFile)
+	if err != nil {
+		return nil, err
+	}
+	qos := byte(m.QoS)
+	if qos == 0 && m.Broker != "" {
+		log.Warn("upstream.mqtt.qos = 0 cannot acknowledge batches; batches use qos 1 (per-tag topics stay at qos 0)")
+		qos = 1
+	}
+	return push.New(push.Config{
+		GatewayID: c.Gateway.ID,
+		WS: push.WSConfig{
+			URL: ws.URL, Token: token, CAFile: ws.CAFile, CertFile: ws.CertFile, KeyFile: ws.KeyFile,
+			ServerName: ws.ServerName, BatchMax: ws.BatchMax, BatchWait: ws.BatchWait,
+		},
+		MQTT: push.MQTTConfig{
+			Broker: m.Broker, Mode: m.Mode, FallbackAfter: ws.FallbackAfter, TopicPrefix: m.TopicPrefix, QoS: qos,
+			ClientID: m.ClientID, Username: user, Password: pass, CAFile: m.CAFile, CertFile: m.CertFile,
+			KeyFile: m.KeyFile, ServerName: m.ServerName, NoPerTagTopics: !m.PerTagTopics,
+		},
+		Queue: q, Latest: latest, State: st, Logger: log,
+	})
+}
