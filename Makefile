@@ -10,10 +10,10 @@ BUILD     := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDF
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 TESTFLAGS ?= -race -timeout 15m
 
-.PHONY: help build test lint vet fmtcheck arm arm64 amd64 bench benchcmp clean
+.PHONY: help build test gotest lint vet fmtcheck arm arm64 amd64 bench benchcmp clean
 
 help:
-	@grep -E '^[a-z0-9]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 build: ## build ./edgegw for this machine (static)
 	$(BUILD) -o edgegw .
@@ -37,7 +37,9 @@ vet:
 lint: fmtcheck vet ## gofmt check, go vet, staticcheck
 	$(STATICCHECK) ./...
 
-test: lint ## the whole suite: lint, then go test -race on every package
+test: lint gotest test-qemu ## the whole suite: lint, go test -race on every package, pure tests under qemu (arm64, armv7)
+
+gotest:
 	$(GO) test $(TESTFLAGS) ./...
 
 bench: ## Go benchmarks of the hot paths
@@ -45,3 +47,5 @@ bench: ## Go benchmarks of the hot paths
 
 clean:
 	rm -rf edgegw dist
+
+include build/build.mk

@@ -130,14 +130,10 @@ type piece struct {
 	run  func(context.Context) error
 }
 
-// run starts consumers before producers and stops them in reverse: the
-// scheduler first (no new samples), then delivery. listen must have been
-// called.
-func (g *gateway) run(ctx context.Context) error {
-	return runStages(ctx, g.log, 10*time.Second, g.pieces())
-}
-
-// pieces lists the gateway's running parts, consumers first.
+// pieces lists the gateway's running parts, consumers first: runStages
+// starts them in this order and stops them in reverse (the scheduler
+// first, so no new samples, then delivery, then the queue). listen must
+// have been called.
 func (g *gateway) pieces() []piece {
 	var ps []piece
 	if g.push != nil {

@@ -2,6 +2,8 @@ package edge
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -10,6 +12,16 @@ import (
 type bus struct {
 	name    string
 	devices []*device
+	busy    atomic.Int64 // Unix ns when the poll in progress started, 0 when waiting
+}
+
+// stuck reports a poll that has run longer than limit: a bus whose
+// goroutine no longer comes back (a transport without a deadline).
+func (b *bus) stuck(now time.Time, limit time.Duration) error {
+	if t := b.busy.Load(); t != 0 && now.Sub(time.Unix(0, t)) > limit {
+		return fmt.Errorf("edge: bus %s: one poll running for %v", b.name, now.Sub(time.Unix(0, t)).Round(time.Second))
+	}
+	return nil
 }
 
 // run polls until ctx is done. Timing rules:
@@ -44,7 +56,9 @@ func (b *bus) run(ctx context.Context, start time.Time, sink Sink) {
 		} else if ctx.Err() != nil {
 			return
 		}
+		b.busy.Store(time.Now().UnixNano())
 		b.pollOne(d, sink)
+		b.busy.Store(0)
 	}
 }
 

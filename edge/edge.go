@@ -169,6 +169,23 @@ func (s *Scheduler) Plan() map[string][]Read {
 	return out
 }
 
+// Healthy returns an error when some bus has been inside one poll for
+// longer than limit (and at least 3 of its devices' intervals): its
+// goroutine is stuck. A dead device is healthy: its polls time out.
+func (s *Scheduler) Healthy(limit time.Duration) error {
+	now := time.Now()
+	for _, b := range s.buses {
+		l := limit
+		for _, d := range b.devices {
+			l = max(l, 3*(d.cfg.Interval+time.Duration(d.cfg.Retries+1)*d.cfg.Timeout))
+		}
+		if err := b.stuck(now, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Run opens the transports (serial ports first: goburrow/serial uses
 // select(), which fails on descriptors ≥ 1024), polls until ctx is done,
 // then closes everything. It returns after every goroutine has exited.

@@ -398,3 +398,17 @@ func TestStaggeredStart(t *testing.T) {
 		}
 	}
 }
+
+func TestHealthyReportsAStuckBus(t *testing.T) {
+	s, err := New(Config{Devices: []DeviceConfig{devCfg("d", TransportTCP, "127.0.0.1:1", time.Second, 100*time.Millisecond, thTags())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Healthy(time.Second); err != nil {
+		t.Fatalf("idle scheduler unhealthy: %v", err)
+	}
+	s.buses[0].busy.Store(time.Now().Add(-time.Minute).UnixNano())
+	if err := s.Healthy(time.Second); err == nil || !strings.Contains(err.Error(), "one poll running for 1m0s") {
+		t.Fatalf("stuck bus: %v", err)
+	}
+}
