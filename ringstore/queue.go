@@ -122,16 +122,19 @@ func (s *segment) add(first, last uint64) {
 // unacknowledged samples counted as dropped (segments are MaxBytes/16, so a
 // drop costs at most 1/16 of the bound).
 //
-// Crash semantics: what Run has written survives SIGKILL (the page cache);
-// a power loss keeps what was synced (Fsync policy). The ack mark is saved
+// Crash semantics: Append writes each batch into the page cache before it
+// returns, so a SIGKILL loses nothing that was appended; a power loss keeps
+// what was synced (Fsync policy: batched = at most FsyncInterval of samples
+// at risk). The ack mark is saved
 // at most every FsyncInterval (each write with FsyncAlways) and at Close, so
 // after a crash a few already-acknowledged samples may be sent again —
 // receivers dedup by (gateway, seq) — but an unacknowledged sample is never
 // skipped.
 //
-// Memory: Append only copies the batch into a bounded hand-off buffer
-// (MaxPending samples; full = the batch is dropped and counted) and never
-// touches the disk, because it runs under the ring's lock. The last 8192
+// Memory and latency: Append runs under the ring's lock, so it does one
+// write(2) and never an fsync (except FsyncAlways); when the disk fails,
+// batches wait in a bounded hand-off buffer (MaxPending samples; full = the
+// batch is dropped and counted) for Run to retry. The last 8192
 // written samples stay in memory so that a sender keeping up never reads
 // the disk. Memory-only mode (Dir "") keeps the same semantics in RAM with
 // MaxBytes bounding an estimate of the samples' size.
@@ -144,9 +147,10 @@ func (s *segment) add(first, last uint64) {
 // A segment is a few lines of code here: append-only records, whole-file
 // delete.
 //
-// Concurrency: all methods are safe for concurrent use. Append and Ack take
-// only the queue's mutex for a short, disk-free critical section; Peek reads
-// the disk outside it; Run is the only writer of files. Call Close after Run
+// Concurrency: all methods are safe for concurrent use. Append takes the
+// writer lock (wmu) for one write(2); Append and Ack take the queue's mutex
+// for a short, disk-free critical section; Peek reads the disk outside both; fsync
+// and the ack mark run in Run's goroutine outside both. Call Close after Run
 // has returned.
 type Queue struct {
 	cfg     QueueConfig
@@ -324,20 +328,41 @@ func (q *Queue) scanSegment(path string, first uint64) (*segment, error) {
 // its strings (an estimate; the strings are usually shared with the ring).
 func estBytes(s *Sample) int64 { return 64 + int64(len(s.Device)+len(s.Tag)) }
 
-// Append hands a batch (consecutive seqs, as the ring numbers them) to the
-// queue. Called under the ring's lock: it never touches the disk. When the
-// hand-off buffer is full (disk mode) the batch is dropped and counted; in
-// memory mode the oldest samples beyond MaxBytes are dropped and counted.
+// Append takes a batch (consecutive seqs, as the ring numbers them). It is
+// called under the ring's lock. With a directory it writes the batch to the
+// active segment at once (one write(2) into the page cache, so a SIGKILL a
+// moment later loses nothing); fsync is left to Run, per policy, outside
+// this path (except with FsyncAlways, which syncs every write: the user's
+// choice of durability over poll latency). Segment rolls (every MaxBytes/16)
+// happen here too. If the disk fails, the batch waits in a bounded buffer
+// (MaxPending samples) for Run to retry; when that is full the batch is
+// dropped and counted. In memory mode the oldest samples beyond MaxBytes are
+// dropped and counted.
 func (q *Queue) Append(batch []Sample) {
 	if len(batch) == 0 {
 		return
 	}
+	if q.cfg.Dir == "" {
+		q.handOff(batch)
+		return
+	}
+	q.wmu.Lock() // lock order: wmu, then mu (as in flush)
+	defer q.wmu.Unlock()
+	if q.handOff(batch) {
+		for q.writeOnce() {
+		}
+	}
+}
+
+// handOff adds the batch to the in-memory queue and wakes readers and the
+// writer. It reports false when the batch was dropped.
+func (q *Queue) handOff(batch []Sample) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := len(batch)
 	if q.closed || (q.cfg.Dir != "" && len(q.mem)-q.memOff-q.written+n > q.cfg.MaxPending) {
 		q.addDrop(batch[0].Seq, batch[n-1].Seq, uint64(n))
-		return
+		return false
 	}
 	q.mem = append(q.mem, batch...)
 	if q.cfg.Dir == "" {
@@ -358,6 +383,7 @@ func (q *Queue) Append(batch []Sample) {
 	case q.kick <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 func (q *Queue) popFront() {
@@ -673,16 +699,29 @@ func (q *Queue) Run(ctx context.Context) error {
 	}
 }
 
-// flush writes everything handed off so far, then syncs and saves the ack
-// mark per policy (or unconditionally when final).
+// flush writes anything still waiting (after a failed write), then syncs
+// and saves the ack mark per policy (or unconditionally when final). The
+// fsync and the ack mark run outside wmu, so Append (under the ring's lock)
+// never waits for a sync; only Run's goroutine (and Close, after Run) calls
+// flush, so the sync and ack-mark state has one owner.
 func (q *Queue) flush(final bool) {
 	q.wmu.Lock()
-	defer q.wmu.Unlock()
 	for q.writeOnce() {
 	}
 	now := time.Now()
+	var f *os.File
 	if q.dirty && q.wf != nil && (final || q.cfg.Fsync == FsyncBatched && now.Sub(q.lastSync) >= q.cfg.FsyncInterval) {
-		q.sync()
+		f, q.dirty, q.lastSync = q.wf, false, now
+	}
+	q.wmu.Unlock()
+	if f != nil {
+		// A roll may close f meanwhile; it syncs a dirty file before closing.
+		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+			q.logErr("sync", err)
+			q.wmu.Lock()
+			q.dirty = q.dirty || q.wf == f
+			q.wmu.Unlock()
+		}
 	}
 	q.mu.Lock()
 	head := q.head
@@ -690,9 +729,12 @@ func (q *Queue) flush(final bool) {
 	if head != q.ackSaved && (final || q.cfg.Fsync == FsyncAlways || now.Sub(q.lastAckWrite) >= q.cfg.FsyncInterval) {
 		q.saveAck(head)
 	}
+	q.wmu.Lock()
 	q.deleteAcked()
+	q.wmu.Unlock()
 }
 
+// sync syncs the active file (wmu held): for FsyncAlways and before a close.
 func (q *Queue) sync() {
 	if err := q.wf.Sync(); err != nil {
 		q.logErr("sync", err)

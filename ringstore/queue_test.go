@@ -375,16 +375,29 @@ func TestQueueDropOldestMemory(t *testing.T) {
 	checkSeqs(t, peekAll(t, q), 951, 1000)
 }
 
+// Append writes at once; when the disk fails, batches wait in the bounded
+// hand-off buffer, and beyond it they are dropped and counted.
 func TestQueueHandoffFull(t *testing.T) {
-	q := openQ(t, QueueConfig{Dir: t.TempDir(), MaxPending: 10})
-	appendN(q, 1, 10)
-	q.Append(mkBatch(11, 1, 2)) // no writer running: the hand-off is full
+	dir := t.TempDir()
+	q := openQ(t, QueueConfig{Dir: dir, MaxPending: 10})
+	appendN(q, 1, 4)
+	if st := q.Stats(); st.Unwritten != 0 {
+		t.Fatalf("append did not write at once: %+v", st)
+	}
+	q.wmu.Lock()
+	q.closeActive() // the next write must open a new segment…
+	q.wmu.Unlock()
+	if err := os.RemoveAll(dir); err != nil { // …which now fails
+		t.Fatal(err)
+	}
+	appendN(q, 5, 10)           // waits in the hand-off buffer (10 samples)
+	q.Append(mkBatch(15, 1, 2)) // beyond it: dropped
 	st := q.Stats()
-	if st.Dropped != 2 || len(st.DroppedRanges) != 1 || st.DroppedRanges[0] != (SeqRange{11, 12}) {
+	if st.Dropped != 2 || len(st.DroppedRanges) != 1 || st.DroppedRanges[0] != (SeqRange{15, 16}) || st.Unwritten != 10 {
 		t.Fatalf("hand-off full: %+v", st)
 	}
 	q.Close()
-	q.Append(mkBatch(13, 1, 2)) // after Close: dropped and counted too
+	q.Append(mkBatch(17, 1, 2)) // after Close: dropped and counted too
 	if st := q.Stats(); st.Dropped != 4 {
 		t.Fatalf("after close: %+v", st)
 	}
@@ -475,7 +488,7 @@ func TestQueueSIGKILL(t *testing.T) {
 			}
 			buf := make([]byte, 4096)
 			var seen string
-			for !strings.Contains(seen, "written ") {
+			for strings.Count(seen, "appended ") < 50 {
 				n, err := out.Read(buf)
 				if err != nil {
 					cmd.Process.Kill()
@@ -489,13 +502,22 @@ func TestQueueSIGKILL(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd.Wait()
-			line := seen[strings.Index(seen, "written "):]
-			n, _ := strconv.ParseUint(strings.Fields(line)[1], 10, 64)
+			// the last complete "appended N" line: Append had returned for
+			// every seq up to N before the kill
+			var n uint64
+			for _, line := range strings.Split(seen, "\n") {
+				if f := strings.Fields(line); len(f) == 2 && f[0] == "appended" {
+					if v, err := strconv.ParseUint(f[1], 10, 64); err == nil {
+						n = v
+					}
+				}
+			}
 			q := openQ(t, QueueConfig{Dir: dir})
 			defer q.Close()
 			got := peakAllFrom(t, q)
-			// everything reported written is there (the page cache survives
-			// SIGKILL), acked 1..100 are not, and what follows is gap-free.
+			// everything appended is there (Append writes into the page
+			// cache, which survives SIGKILL), acked 1..100 are not, and what
+			// follows is gap-free.
 			if len(got) == 0 || got[0].Seq != 101 || got[len(got)-1].Seq < n {
 				t.Fatalf("after SIGKILL: %d samples, first %v, want 101..>=%d", len(got), got[:min(1, len(got))], n)
 			}
@@ -533,7 +555,7 @@ func TestHelperProcess(t *testing.T) {
 	fmt.Printf("written %d\n", 2000)
 	for s := uint64(2001); ; s += 2 { // until killed
 		q.Append(mkBatch(s, 1, 2))
-		time.Sleep(100 * time.Microsecond)
+		fmt.Printf("appended %d\n", s+1)
 	}
 }
 
