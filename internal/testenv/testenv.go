@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -133,9 +134,10 @@ func FreePort(t testing.TB) int {
 
 // Mosquitto is a real broker started for one test.
 type Mosquitto struct {
-	Addr string // 127.0.0.1:PORT
-	cmd  *exec.Cmd
-	done chan struct{}
+	Addr       string // 127.0.0.1:PORT
+	persistent bool
+	cmd        *exec.Cmd
+	done       chan struct{}
 }
 
 // StartMosquitto runs Debian's mosquitto in the foreground on a random
@@ -144,9 +146,24 @@ func StartMosquitto(t testing.TB) *Mosquitto {
 	t.Helper()
 	bin := Need(t, "mosquitto")
 	dir := t.TempDir()
+	return startMosquittoRetry(t, bin, dir, false)
+}
+
+// StartMosquittoPersistent is StartMosquitto with persistence on: sessions
+// of clients with clean session off, and the QoS 1 messages queued or in
+// flight for them, are saved when the broker stops (Stop sends SIGTERM) and
+// loaded when it starts again, so a subscriber loses nothing across a broker
+// restart.
+func StartMosquittoPersistent(t testing.TB) *Mosquitto {
+	t.Helper()
+	return startMosquittoRetry(t, Need(t, "mosquitto"), t.TempDir(), true)
+}
+
+func startMosquittoRetry(t testing.TB, bin, dir string, persistent bool) *Mosquitto {
+	t.Helper()
 	for attempt := 0; attempt < 5; attempt++ {
 		port := FreePort(t)
-		m, err := startMosquitto(bin, dir, port)
+		m, err := startMosquitto(bin, dir, port, persistent)
 		if err == nil {
 			t.Cleanup(m.Stop)
 			return m
@@ -164,16 +181,21 @@ func (m *Mosquitto) Restart(t testing.TB) {
 	_, port, _ := net.SplitHostPort(m.Addr)
 	var p int
 	fmt.Sscan(port, &p)
-	n, err := startMosquitto(m.cmd.Path, filepath.Dir(m.cmd.Args[2]), p)
+	n, err := startMosquitto(m.cmd.Path, filepath.Dir(m.cmd.Args[2]), p, m.persistent)
 	if err != nil {
 		t.Fatalf("testenv: restart mosquitto: %v", err)
 	}
 	*m = *n
 }
 
-func startMosquitto(bin, dir string, port int) (*Mosquitto, error) {
+func startMosquitto(bin, dir string, port int, persistent bool) (*Mosquitto, error) {
 	conf := filepath.Join(dir, fmt.Sprintf("mosquitto-%d.conf", port))
-	body := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nuser root\nmax_queued_messages 0\nmax_inflight_messages 0\n", port)
+	body := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\nuser root\nmax_queued_messages 0\nmax_inflight_messages 0\n", port)
+	if persistent {
+		body += fmt.Sprintf("persistence true\npersistence_location %s/\nautosave_interval 0\n", dir)
+	} else {
+		body += "persistence false\n"
+	}
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		return nil, err
 	}
@@ -181,7 +203,7 @@ func startMosquitto(bin, dir string, port int) (*Mosquitto, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	m := &Mosquitto{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd, done: make(chan struct{})}
+	m := &Mosquitto{Addr: fmt.Sprintf("127.0.0.1:%d", port), persistent: persistent, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(m.done) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -203,13 +225,19 @@ func startMosquitto(bin, dir string, port int) (*Mosquitto, error) {
 	}
 }
 
-// Stop kills the broker and waits for it. Idempotent.
+// Stop ends the broker (SIGTERM, so a persistent one saves its sessions;
+// SIGKILL if it has not exited within 10 s) and waits for it. Idempotent.
 func (m *Mosquitto) Stop() {
 	select {
 	case <-m.done:
 		return
 	default:
 	}
-	_ = m.cmd.Process.Kill()
-	<-m.done
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+	case <-time.After(10 * time.Second):
+		_ = m.cmd.Process.Kill()
+		<-m.done
+	}
 }
