@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"edgegw/ringstore"
@@ -33,6 +34,13 @@ type Config struct {
 	Latest    func() *ringstore.Snapshot // for per-tag retained topics; nil = none
 	State     *stats.Upstream            // nil = a private one
 	Logger    *slog.Logger
+
+	// Writer carries out write commands from the WebSocket uplink and (when
+	// MQTT.WriteCommands is set) the MQTT write topic. nil = every write
+	// command is answered with kind "refused".
+	Writer       Writer
+	WriteTimeout time.Duration // per write command (10s); beyond it the answer is kind "timeout"
+	MaxWrites    int           // write commands in flight per uplink connection (4); beyond it "busy" at once
 }
 
 // WSConfig is the WebSocket uplink. URL "" = no WebSocket (MQTT only).
@@ -64,6 +72,13 @@ type MQTTConfig struct {
 	NoPerTagTopics            bool          // per-tag retained topics are on unless set
 	ReconnectMin              time.Duration // first connect retry interval (1s)
 	ReconnectMax              time.Duration // paho's max reconnect interval (30s, at most 60s)
+
+	// WriteCommands subscribes <prefix>/write/+/+ and carries out what is
+	// published there (off by default). MQTT writes trust the broker's
+	// ACLs: anyone who may publish to that topic can write to the devices.
+	WriteCommands bool
+	WriteRate     float64 // write commands per second over MQTT (5); beyond it "busy"
+	WriteBurst    int     // burst of the rate limit (5)
 }
 
 // Pusher sends the queue upstream. Create with New, run with Run.
@@ -77,6 +92,13 @@ type Pusher struct {
 	tlsWS   *tls.Config
 	tlsMQTT *tls.Config
 	mirror  func(frame []byte) // mode always: every batch sent over WebSocket (set by Run)
+
+	wsOrigin    string // "websocket uplink <host>", passed to the Writer
+	mqttOrigin  string // "mqtt <broker host>"
+	wc          writeCounters
+	refuseLogMu sync.Mutex
+	refuseLog   rateLog
+	mqttBucket  *bucket
 }
 
 // New checks cfg, fills the defaults and loads TLS files. It starts nothing.
@@ -132,10 +154,21 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	m.ReconnectMin = orDur(m.ReconnectMin, time.Second)
 	m.ReconnectMax = min(orDur(m.ReconnectMax, 30*time.Second), 60*time.Second)
+	if m.WriteRate <= 0 {
+		m.WriteRate = 5
+	}
+	if m.WriteBurst <= 0 {
+		m.WriteBurst = 5
+	}
+	cfg.WriteTimeout = orDur(cfg.WriteTimeout, 10*time.Second)
+	if cfg.MaxWrites <= 0 {
+		cfg.MaxWrites = 4
+	}
 	if w.URL == "" && m.Mode == ModeOff {
 		return nil, errors.New("push: neither a websocket url nor an mqtt broker")
 	}
-	p := &Pusher{cfg: cfg, log: cfg.Logger, q: cfg.Queue, st: cfg.State}
+	p := &Pusher{cfg: cfg, log: cfg.Logger, q: cfg.Queue, st: cfg.State,
+		refuseLog: rateLog{every: 10 * time.Second}, mqttBucket: newBucket(m.WriteRate, m.WriteBurst)}
 	p.gwJSON, _ = json.Marshal(cfg.GatewayID)
 	var err error
 	if w.URL != "" {
@@ -146,12 +179,18 @@ func New(cfg Config) (*Pusher, error) {
 		if p.tlsWS, err = tlsConfig(w.CAFile, w.CertFile, w.KeyFile, w.ServerName); err != nil {
 			return nil, fmt.Errorf("push: websocket: %w", err)
 		}
+		p.wsOrigin = "websocket uplink " + u.Host
 		p.header = http.Header{}
+		p.header.Set(gatewayHeader, cfg.GatewayID)
 		if w.Token != "" {
 			p.header.Set("Authorization", "Bearer "+w.Token)
 		}
 	}
 	if m.Mode != ModeOff {
+		p.mqttOrigin = "mqtt " + m.Broker
+		if u, err := url.Parse(m.Broker); err == nil && u.Host != "" {
+			p.mqttOrigin = "mqtt " + u.Host
+		}
 		if p.tlsMQTT, err = tlsConfig(m.CAFile, m.CertFile, m.KeyFile, m.ServerName); err != nil {
 			return nil, fmt.Errorf("push: mqtt: %w", err)
 		}

@@ -9,12 +9,19 @@
 // (a func returning a ringstore.Snapshot), and publishes its state in a
 // stats.Upstream. Only acknowledged samples leave the queue: a WebSocket
 // batch on the receiver's ack, an MQTT batch on its PUBACK. Everything else
-// is resent, so receivers dedup by (gateway, seq).
+// is resent, so receivers dedup by (gateway, seq). Write commands come
+// back the same ways (the receiver over the WebSocket uplink; MQTT
+// <prefix>/write/<device>/<tag> only with MQTT.WriteCommands, which trusts
+// the broker's ACLs: whoever may publish there may write) and are handed to
+// a Writer declared here; push never touches a device itself.
 //
 // Concurrency: Pusher.Run owns every goroutine it starts (the WebSocket dial
 // loop and, per connection, one reader and one writer; the MQTT batch
 // sender; the per-tag publisher; the mirror of "always" mode) and returns
 // after they have exited. At most one path sends batches at a time: the
 // dispatcher in Run stops the MQTT sender before a WebSocket session may
-// start. Receiver.Serve and Broker.Run likewise wait for their connections.
+// start. Write commands run in goroutines owned by the session that read
+// them (at most MaxWrites each, answered through the session's one writer)
+// or by the MQTT write loop in Run. Receiver.Serve and Broker.Run likewise
+// wait for their connections.
 package push

@@ -55,27 +55,116 @@ type batchFrame struct {
 	Samples []ringstore.Sample `json:"samples"`
 }
 
-func parseBatch(data []byte) (*batchFrame, error) {
-	var f batchFrame
-	if err := json.Unmarshal(data, &f); err != nil {
+// DefaultMaxBatch is the number of samples a receiver accepts in one batch
+// unless configured otherwise (a gateway sends at most WS.BatchMax, 500).
+const DefaultMaxBatch = 10000
+
+func parseBatch(data []byte) (*batchFrame, error) { return parseBatchMax(data, DefaultMaxBatch) }
+
+// parseBatchMax parses a batch frame of at most max samples. The samples
+// are counted before they are decoded, so a frame of a million tiny
+// elements costs a scan, not a million samples.
+func parseBatchMax(data []byte, max int) (*batchFrame, error) {
+	var raw inFrame
+	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, &ProtocolError{"batch", err.Error()}
 	}
+	return raw.batch(max)
+}
+
+// inFrame is any frame a receiver reads from a gateway: a batch (samples
+// left raw until counted) or the answer to a write command.
+type inFrame struct {
+	Type    string          `json:"type"`
+	Gateway string          `json:"gateway"`
+	First   uint64          `json:"first"`
+	Last    uint64          `json:"last"`
+	Samples json.RawMessage `json:"samples"`
+	WriteAnswer
+}
+
+// batch checks and decodes a batch of at most max samples.
+func (raw *inFrame) batch(max int) (*batchFrame, error) {
+	f := batchFrame{Type: raw.Type, Gateway: raw.Gateway, First: raw.First, Last: raw.Last}
+	if f.Type != "batch" {
+		return nil, &ProtocolError{"batch", fmt.Sprintf("type %.40q", f.Type)}
+	}
+	if n := countElements(raw.Samples); n > max {
+		return nil, &ProtocolError{"batch", fmt.Sprintf("%d samples (at most %d)", n, max)}
+	}
+	if len(raw.Samples) > 0 {
+		if err := json.Unmarshal(raw.Samples, &f.Samples); err != nil {
+			return nil, &ProtocolError{"batch", err.Error()}
+		}
+	}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// countElements counts the top-level elements of a valid JSON array (0
+// for anything else): commas at depth 1, outside strings, plus one.
+func countElements(data []byte) int {
+	n, depth, inStr, esc, seen := 0, 0, false, false, false
+	for _, c := range data {
+		if inStr {
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			inStr = true
+		case '[', '{':
+			depth++
+			if depth == 1 {
+				continue
+			}
+		case ']', '}':
+			depth--
+			continue
+		case ',':
+			if depth == 1 {
+				n++
+			}
+			continue
+		}
+		if depth >= 1 {
+			seen = true
+		}
+	}
+	if !seen {
+		return 0
+	}
+	return n + 1
+}
+
+func (f *batchFrame) check() error {
 	switch {
 	case f.Type != "batch":
-		return nil, &ProtocolError{"batch", fmt.Sprintf("type %q", f.Type)}
+		return &ProtocolError{"batch", fmt.Sprintf("type %q", f.Type)}
 	case f.Gateway == "":
-		return nil, &ProtocolError{"batch", "no gateway"}
+		return &ProtocolError{"batch", "no gateway"}
 	case len(f.Samples) == 0:
-		return nil, &ProtocolError{"batch", "no samples"}
+		return &ProtocolError{"batch", "no samples"}
 	case f.Samples[0].Seq != f.First || f.Samples[len(f.Samples)-1].Seq != f.Last:
-		return nil, &ProtocolError{"batch", fmt.Sprintf("first/last %d/%d do not match the samples", f.First, f.Last)}
+		return &ProtocolError{"batch", fmt.Sprintf("first/last %d/%d do not match the samples", f.First, f.Last)}
 	}
 	for i := 1; i < len(f.Samples); i++ {
 		if f.Samples[i].Seq <= f.Samples[i-1].Seq {
-			return nil, &ProtocolError{"batch", fmt.Sprintf("seq %d after %d", f.Samples[i].Seq, f.Samples[i-1].Seq)}
+			return &ProtocolError{"batch", fmt.Sprintf("seq %d after %d", f.Samples[i].Seq, f.Samples[i-1].Seq)}
 		}
 	}
-	return &f, nil
+	return nil
 }
 
 func parseAck(data []byte) (uint64, error) {

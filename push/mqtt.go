@@ -27,6 +27,8 @@ type mqttLink struct {
 	mu      sync.Mutex
 	change  chan struct{} // closed at the next connect or loss
 	connSeq int           // connects so far
+
+	cmds chan mqttCmd // write commands for mqttWriteLoop (nil: WriteCommands off)
 }
 
 func (p *Pusher) newMQTT() *mqttLink {
@@ -52,7 +54,14 @@ func (p *Pusher) newMQTT() *mqttLink {
 	if p.tlsMQTT != nil {
 		o.SetTLSConfig(p.tlsMQTT)
 	}
+	if m.WriteCommands {
+		l.cmds = make(chan mqttCmd, 8)
+	}
 	o.SetOnConnectHandler(func(c mqtt.Client) {
+		if l.cmds != nil {
+			// Subscribed here, so that it survives reconnects (clean session).
+			c.Subscribe(l.prefix+"/write/+/+", 1, func(c mqtt.Client, msg mqtt.Message) { p.onMQTTWrite(l, c, msg) })
+		}
 		c.Publish(l.prefix+"/status", 1, true, "online") // not waited for: we are in paho's callback
 		l.mu.Lock()
 		l.connSeq++
@@ -317,4 +326,84 @@ func topicPart(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// mqttCmd is a write command taken from the MQTT write topic.
+type mqttCmd struct {
+	cmd   command
+	topic string // the command's topic; the answer goes to topic+"/result"
+}
+
+// onMQTTWrite is paho's handler for <prefix>/write/<device>/<tag>. It runs
+// on a paho goroutine and must not block: it checks the command, applies
+// the rate limit and hands it to mqttWriteLoop through a bounded channel;
+// whatever it refuses is answered from here.
+//
+// Payload: a JSON number, true/false (1/0), or {"value":…,"id":"…"}.
+// Retained messages are ignored (a retained write would be carried out
+// again at every reconnect). Delivery is at least once (QoS 1): a command
+// may arrive twice; write absolute values and use ids.
+func (p *Pusher) onMQTTWrite(l *mqttLink, c mqtt.Client, msg mqtt.Message) {
+	topic := msg.Topic()
+	if msg.Retained() {
+		p.refuseLogMu.Lock()
+		p.refuseLog.log(p.log, slog.LevelWarn, "push: mqtt: retained write command ignored; clear it with an empty retained message", "topic", topic)
+		p.refuseLogMu.Unlock()
+		return
+	}
+	p.wc.received.Add(1)
+	reply := func(a WriteAnswer) {
+		c.Publish(topic+"/result", 1, false, appendWriteResult(nil, &a)) // not waited for: paho's goroutine
+	}
+	var mc mqttCmd
+	mc.topic = topic
+	rest, ok := strings.CutPrefix(topic, l.prefix+"/write/")
+	device, tag, ok2 := strings.Cut(rest, "/")
+	id, value, err := parseMQTTWrite(msg.Payload())
+	mc.cmd = command{ID: id, Device: device, Tag: tag, Value: value}
+	bad := ""
+	switch {
+	case !ok || !ok2:
+		bad = fmt.Sprintf("topic %.80q", topic)
+	case err != nil:
+		bad = err.Error()
+	default:
+		bad = mc.cmd.check()
+	}
+	if bad != "" {
+		reply(p.refuse(id, KindBadRequest, bad, p.mqttOrigin))
+		return
+	}
+	if p.cfg.Writer == nil {
+		reply(p.refuse(id, KindRefused, errNoWriter, p.mqttOrigin))
+		return
+	}
+	if !p.mqttBucket.allow(time.Now()) {
+		reply(p.refuse(id, KindBusy, fmt.Sprintf("over the rate limit (%g/s)", p.cfg.MQTT.WriteRate), p.mqttOrigin))
+		return
+	}
+	select {
+	case l.cmds <- mc:
+	default:
+		reply(p.refuse(id, KindBusy, "write command queue full", p.mqttOrigin))
+	}
+}
+
+// mqttWriteLoop carries out the MQTT write commands one at a time (they
+// go to the devices' schedulers, which serialize them anyway) and publishes
+// each answer to <topic>/result, QoS 1, not retained, in the JSON of the
+// WebSocket answer (see WriteAnswer).
+func (p *Pusher) mqttWriteLoop(ctx context.Context, l *mqttLink) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case mc := <-l.cmds:
+			a := p.doWrite(ctx, mc.cmd, p.mqttOrigin)
+			if ctx.Err() != nil {
+				return
+			}
+			l.c.Publish(mc.topic+"/result", 1, false, appendWriteResult(nil, &a))
+		}
+	}
 }

@@ -31,6 +31,10 @@ func (p *Pusher) Run(ctx context.Context) error {
 	if mode != ModeOff {
 		link = p.newMQTT()
 		link.start()
+		if link.cmds != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); p.mqttWriteLoop(ctx, link) }()
+		}
 		if !p.cfg.MQTT.NoPerTagTopics && p.cfg.Latest != nil {
 			wg.Add(1)
 			go func() { defer wg.Done(); p.perTagLoop(ctx, link) }()

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +29,11 @@ type ReceiverConfig struct {
 	// MaxPending bounds the out-of-order seqs remembered per gateway before
 	// the oldest hole is declared a gap (4096).
 	MaxPending int
+	// MaxBatch is the most samples one batch may hold (DefaultMaxBatch); a
+	// bigger one is a bad frame, counted before anything is decoded.
+	MaxBatch int
+	// MaxFrame is the most bytes of one WebSocket message (4 MiB).
+	MaxFrame int64
 }
 
 // ReceiverStats are the receiver's counters.
@@ -36,6 +44,8 @@ type ReceiverStats struct {
 	Gaps, GapSamples     uint64 // holes seen in a gateway's seq, and their size
 	BadFrames            uint64
 	Gateways             int
+	WriteAnswers         uint64 // answers to Receiver.Write received
+	UnknownAnswers       uint64 // answers nobody waited for (late, or an unknown id)
 }
 
 // Receiver is the reference upstream receiver: it accepts gateways over
@@ -57,7 +67,21 @@ type Receiver struct {
 	conns map[*websocket.Conn]struct{}
 	line  []byte
 
+	smu      sync.Mutex        // sessions, and every rconn's gateway and pending
+	sessions map[string]*rconn // gateway id -> its latest connection
+	nextID   atomic.Uint64
+
 	connections, refused, batches, samples, dups, gaps, gapSamples, bad atomic.Uint64
+	answers, unknownAnswers                                             atomic.Uint64
+}
+
+// rconn is one gateway connection of the receiver.
+type rconn struct {
+	c       *websocket.Conn
+	wmu     sync.Mutex // one writer at a time: acks (the handler) and write commands (Write)
+	done    chan struct{}
+	gateway string                      // under Receiver.smu
+	pending map[string]chan WriteAnswer // under Receiver.smu
 }
 
 // NewReceiver returns a receiver; it listens on Listen or Serve.
@@ -75,8 +99,15 @@ func NewReceiver(cfg ReceiverConfig) *Receiver {
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = 4096
 	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = 4 << 20
+	}
 	return &Receiver{cfg: cfg, log: cfg.Logger, gws: make(map[string]*dedup), conns: make(map[*websocket.Conn]struct{}),
-		up: websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 4 << 10}}
+		sessions: make(map[string]*rconn),
+		up:       websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 4 << 10}}
 }
 
 // Listen binds the listening socket (so the address is known before Serve).
@@ -183,7 +214,17 @@ func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.
 	r.conns[conn] = struct{}{}
 	r.mu.Unlock()
 	r.connections.Add(1)
+	rc := &rconn{c: conn, done: make(chan struct{}), pending: make(map[string]chan WriteAnswer)}
+	if gw := req.Header.Get(gatewayHeader); validName(gw) {
+		r.attach(rc, gw)
+	}
 	defer func() {
+		close(rc.done)
+		r.smu.Lock()
+		if r.sessions[rc.gateway] == rc {
+			delete(r.sessions, rc.gateway)
+		}
+		r.smu.Unlock()
 		r.mu.Lock()
 		delete(r.conns, conn)
 		r.mu.Unlock()
@@ -191,10 +232,12 @@ func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.
 	}()
 	log := r.log.With("remote", req.RemoteAddr)
 	const idle = 90 * time.Second // gateways ping every 20 s by default
-	conn.SetReadLimit(16 << 20)
+	conn.SetReadLimit(r.cfg.MaxFrame)
 	_ = conn.SetReadDeadline(time.Now().Add(idle))
 	conn.SetPingHandler(func(data string) error {
 		_ = conn.SetReadDeadline(time.Now().Add(idle))
+		rc.wmu.Lock()
+		defer rc.wmu.Unlock()
 		return conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(5*time.Second))
 	})
 	var ack []byte
@@ -207,17 +250,122 @@ func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.
 			return
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(idle))
-		last, err := r.Ingest(msg)
+		var in inFrame
+		var last uint64
+		if err = json.Unmarshal(msg, &in); err != nil {
+			r.bad.Add(1)
+			err = &ProtocolError{"batch", err.Error()}
+		} else if in.Type == "write_result" {
+			r.answer(rc, in.WriteAnswer)
+			continue
+		} else {
+			var f *batchFrame
+			if f, err = in.batch(r.cfg.MaxBatch); err != nil {
+				r.bad.Add(1)
+			} else if last, err = r.ingestBatch(f); err == nil && rc.gateway == "" {
+				r.attach(rc, f.Gateway) // a gateway that sent no header
+			}
+		}
 		if err != nil {
 			log.Warn("push: receiver: bad frame; closing", "err", err)
+			rc.wmu.Lock()
 			_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseInvalidFramePayloadData, "bad frame"), time.Now().Add(time.Second))
+			rc.wmu.Unlock()
 			return
 		}
 		ack = appendAck(ack[:0], last)
+		rc.wmu.Lock()
 		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if err := conn.WriteMessage(websocket.TextMessage, ack); err != nil {
+		err = conn.WriteMessage(websocket.TextMessage, ack)
+		rc.wmu.Unlock()
+		if err != nil {
 			return
 		}
+	}
+}
+
+// attach makes rc the connection of gateway for Write (the latest wins).
+func (r *Receiver) attach(rc *rconn, gateway string) {
+	r.smu.Lock()
+	rc.gateway = gateway
+	r.sessions[gateway] = rc
+	r.smu.Unlock()
+}
+
+// answer hands a write answer to the Write waiting for its id.
+func (r *Receiver) answer(rc *rconn, a WriteAnswer) {
+	r.smu.Lock()
+	ch := rc.pending[a.ID]
+	delete(rc.pending, a.ID)
+	r.smu.Unlock()
+	if ch == nil {
+		r.unknownAnswers.Add(1)
+		r.log.Warn("push: receiver: write answer nobody waits for", "id", a.ID, "gateway", rc.gateway)
+		return
+	}
+	r.answers.Add(1)
+	ch <- a // buffered, one answer per id
+}
+
+// Connected returns the ids of the gateways connected now (sorted), the
+// ones Write can reach.
+func (r *Receiver) Connected() []string {
+	r.smu.Lock()
+	ids := make([]string, 0, len(r.sessions))
+	for id := range r.sessions {
+		ids = append(ids, id)
+	}
+	r.smu.Unlock()
+	slices.Sort(ids)
+	return ids
+}
+
+// ErrNotConnected is returned by Write for a gateway with no connection.
+var ErrNotConnected = errors.New("push: receiver: gateway not connected")
+
+// Write sends a write command to a connected gateway over its uplink and
+// waits for the answer, until ctx ends:
+//
+//	{"type":"write","id":"7","device":"boiler-plc","tag":"setpoint","value":42.5}
+//
+// The error is non-nil only when no answer came (not connected, the
+// connection closed, ctx); a write the gateway refused or that failed is an
+// answer with OK false, Kind and Error. The gateway is known by the
+// Edgegw-Gateway header of its handshake, or else by its first batch.
+func (r *Receiver) Write(ctx context.Context, gateway, device, tag string, value float64) (WriteAnswer, error) {
+	if math.IsInf(value, 0) || math.IsNaN(value) {
+		return WriteAnswer{}, fmt.Errorf("push: receiver: write %s/%s: value %v is not finite", device, tag, value)
+	}
+	r.smu.Lock()
+	rc := r.sessions[gateway]
+	if rc == nil {
+		r.smu.Unlock()
+		return WriteAnswer{}, fmt.Errorf("push: receiver: write to %q: %w", gateway, ErrNotConnected)
+	}
+	id := strconv.FormatUint(r.nextID.Add(1), 10)
+	ch := make(chan WriteAnswer, 1)
+	rc.pending[id] = ch
+	r.smu.Unlock()
+	defer func() {
+		r.smu.Lock()
+		delete(rc.pending, id)
+		r.smu.Unlock()
+	}()
+	frame := appendWriteCommand(nil, id, device, tag, value)
+	rc.wmu.Lock()
+	_ = rc.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	err := rc.c.WriteMessage(websocket.TextMessage, frame)
+	rc.wmu.Unlock()
+	if err != nil {
+		return WriteAnswer{}, fmt.Errorf("push: receiver: write to %q: %w", gateway, err)
+	}
+	select {
+	case a := <-ch:
+		return a, nil
+	case <-rc.done:
+		return WriteAnswer{}, fmt.Errorf("push: receiver: write to %q: connection closed before the answer", gateway)
+	case <-ctx.Done():
+		return WriteAnswer{}, fmt.Errorf("push: receiver: write to %q: %w", gateway, ctx.Err())
 	}
 }
 
@@ -225,11 +373,15 @@ func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.
 // per batch, before the caller acks), duplicates are counted and skipped.
 // It returns the seq to acknowledge.
 func (r *Receiver) Ingest(frame []byte) (last uint64, err error) {
-	f, err := parseBatch(frame)
+	f, err := parseBatchMax(frame, r.cfg.MaxBatch)
 	if err != nil {
 		r.bad.Add(1)
 		return 0, err
 	}
+	return r.ingestBatch(f)
+}
+
+func (r *Receiver) ingestBatch(f *batchFrame) (last uint64, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d := r.gws[f.Gateway]
@@ -281,6 +433,7 @@ func (r *Receiver) Stats() ReceiverStats {
 		Connections: r.connections.Load(), Refused: r.refused.Load(),
 		Batches: r.batches.Load(), Samples: r.samples.Load(), Duplicates: r.dups.Load(),
 		Gaps: r.gaps.Load(), GapSamples: r.gapSamples.Load(), BadFrames: r.bad.Load(), Gateways: n,
+		WriteAnswers: r.answers.Load(), UnknownAnswers: r.unknownAnswers.Load(),
 	}
 }
 
@@ -300,8 +453,9 @@ type dedup struct {
 // add records seq and reports whether it is new, and the hole it opens
 // above the highest seq seen so far (zero range if none).
 func (d *dedup) add(seq uint64) (isNew bool, gap seqRange) {
-	if !d.started {
-		d.started, d.hwm, d.top = true, seq-1, seq-1
+	if !d.started { // the first seq (0 included: no seq-1 underflow)
+		d.started, d.hwm, d.top = true, seq, seq
+		return true, gap
 	}
 	if seq <= d.hwm {
 		return false, gap

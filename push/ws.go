@@ -16,8 +16,11 @@ import (
 )
 
 const (
-	wsReadLimit    = 1 << 20 // acks are tiny; anything big is a broken peer
+	wsReadLimit    = 64 << 10 // acks and write commands are tiny; anything big is a broken peer
 	wsWriteTimeout = 10 * time.Second
+	// gatewayHeader carries the gateway id on the handshake, so that the
+	// receiver knows who is connected before the first batch (for writes).
+	gatewayHeader = "Edgegw-Gateway"
 )
 
 // UnauthorizedError is the receiver refusing the gateway's token (HTTP 401
@@ -171,15 +174,34 @@ type flight struct {
 	sent time.Time
 }
 
-// session runs one connection: this goroutine writes batches and pings, a
-// reader goroutine takes acks (and pongs). It starts from the oldest
-// unacknowledged sample, keeps up to Window batches in flight and returns
-// after the reader has exited.
+// session runs one connection: this goroutine writes batches, pings and
+// write answers (the one writer), a reader goroutine takes acks (and
+// pongs) and write commands. It starts from the oldest unacknowledged
+// sample, keeps up to Window batches in flight and returns after the
+// reader and every write it started have exited.
+//
+// Write commands: at most MaxWrites in flight per connection, each in its
+// own goroutine bounded by WriteTimeout; one more is answered "busy" at
+// once. Answers reach the writer through a channel; when the session ends
+// the writes are cancelled and their answers dropped (the receiver sees
+// the connection close).
 func (p *Pusher) session(ctx context.Context, conn *websocket.Conn) error {
 	w := p.cfg.WS
 	var sentLast, ackedLast atomic.Uint64
 	ackNote := make(chan struct{}, 1)
 	readErr := make(chan error, 1)
+	answers := make(chan []byte, p.cfg.MaxWrites+4)
+	quit := make(chan struct{}) // closed when the writer has stopped
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	var writes sync.WaitGroup
+	sem := make(chan struct{}, p.cfg.MaxWrites)
+	answer := func(a *WriteAnswer) {
+		select {
+		case answers <- appendWriteResult(nil, a):
+		case <-quit:
+		}
+	}
 	deadline := w.PingInterval + w.AckTimeout
 	conn.SetReadLimit(wsReadLimit)
 	_ = conn.SetReadDeadline(time.Now().Add(deadline))
@@ -192,7 +214,34 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn) error {
 				return
 			}
 			_ = conn.SetReadDeadline(time.Now().Add(deadline))
-			last, err := parseAck(msg)
+			m, err := parseUplink(msg)
+			if err == nil && m.typ == "write" {
+				p.wc.received.Add(1)
+				switch {
+				case m.bad != "":
+					a := p.refuse(m.cmd.ID, KindBadRequest, m.bad, p.wsOrigin)
+					answer(&a)
+				case p.cfg.Writer == nil:
+					a := p.refuse(m.cmd.ID, KindRefused, errNoWriter, p.wsOrigin)
+					answer(&a)
+				default:
+					select {
+					case sem <- struct{}{}:
+						writes.Add(1)
+						go func(c command) {
+							defer writes.Done()
+							a := p.doWrite(wctx, c, p.wsOrigin)
+							<-sem
+							answer(&a)
+						}(m.cmd)
+					default:
+						a := p.refuse(m.cmd.ID, KindBusy, fmt.Sprintf("%d write commands in flight", p.cfg.MaxWrites), p.wsOrigin)
+						answer(&a)
+					}
+				}
+				continue
+			}
+			last := m.last
 			if err == nil && last > sentLast.Load() {
 				err = &ProtocolError{"ack", fmt.Sprintf("last %d beyond what was sent (%d)", last, sentLast.Load())}
 			}
@@ -211,18 +260,21 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn) error {
 		}
 	}()
 
-	err := p.sessionWrite(ctx, conn, &sentLast, &ackedLast, ackNote, readErr)
+	err := p.sessionWrite(ctx, conn, &sentLast, &ackedLast, ackNote, readErr, answers)
+	close(quit)
+	wcancel()
 	// Close: a close frame, then the socket; the reader then ends.
 	_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	conn.Close()
 	if rerr := <-readErr; err == nil {
 		err = rerr
 	}
+	writes.Wait() // the reader has exited: no Add after this
 	return err
 }
 
 func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLast, ackedLast *atomic.Uint64,
-	ackNote <-chan struct{}, readErr chan error) error {
+	ackNote <-chan struct{}, readErr chan error, answers <-chan []byte) error {
 	w := p.cfg.WS
 	after := p.q.Acked() // resend from the oldest unacknowledged sample
 	var inflight []flight
@@ -291,6 +343,11 @@ func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLas
 			readErr <- err // for session's final receive
 			return err
 		case <-ackNote:
+		case a := <-answers:
+			_ = conn.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
+			if err := conn.WriteMessage(websocket.TextMessage, a); err != nil {
+				return fmt.Errorf("push: websocket: write answer: %w", err)
+			}
 		case <-wake:
 		case <-timer.C:
 		case <-ping.C:
