@@ -10,7 +10,7 @@ BUILD     := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDF
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 TESTFLAGS ?= -race -timeout 15m
 
-.PHONY: help build test gotest lint vet fmtcheck arm arm64 amd64 bench benchcmp clean
+.PHONY: help build test gotest lint vet fmtcheck arm arm64 amd64 bench benchcmp fuzz fuzz-brief clean
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -37,13 +37,25 @@ vet:
 lint: fmtcheck vet ## gofmt check, go vet, staticcheck
 	$(STATICCHECK) ./...
 
-test: lint gotest test-qemu ## the whole suite: lint, go test -race on every package, pure tests under qemu (arm64, armv7)
+test: lint gotest fuzz-brief test-qemu ## the whole suite: lint, go test -race on every package, 2 s of each fuzz target, pure tests under qemu (arm64, armv7)
 
 gotest:
 	$(GO) test $(TESTFLAGS) ./...
 
 bench: ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Every fuzz target, FUZZTIME each (their seed corpora already run in make test).
+FUZZTIME ?= 30s
+fuzz: ## run every Go fuzz target for FUZZTIME (default 30s) each
+	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		for f in $$(grep -h '^func Fuzz' $$pkg/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+			echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg; \
+		done; \
+	done
+
+fuzz-brief: ## every fuzz target for 2 s (part of make test)
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=2s
 
 clean:
 	rm -rf edgegw dist
