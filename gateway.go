@@ -38,13 +38,21 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		return nil, err
 	}
 	g := &gateway{cfg: c, log: log, ring: ring, sched: sched}
+	writeToken, err := secret("http.write_token_file", c.HTTP.WriteTokenFile)
+	if err != nil {
+		return nil, err
+	}
+	readToken, err := secret("http.read_token_file", c.HTTP.ReadTokenFile)
+	if err != nil {
+		return nil, err
+	}
 	if hasUpstream(c) {
 		if g.queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
 			return nil, err
 		}
 		ring.OnAppend(g.queue.Append)
 		g.up = new(stats.Upstream)
-		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.up, log.With("pkg", "push")); err != nil {
+		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.up, edgeWriter{sched}, log.With("pkg", "push")); err != nil {
 			g.queue.Close()
 			return nil, err
 		}
@@ -54,10 +62,26 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		MaxRequestBytes: c.HTTP.MaxRequestBytes, ReadHeaderTimeout: c.HTTP.ReadHeaderTimeout,
 		IdleTimeout: c.HTTP.IdleTimeout, WriteTimeout: c.HTTP.WriteTimeout, AllowedOrigins: c.HTTP.AllowedOrigins,
 		GatewayID: c.Gateway.ID, Version: version,
+		WriteToken: writeToken, Writer: edgeWriter{sched}, ReadToken: readToken,
+		TLSCertFile: c.HTTP.TLSCertFile, TLSKeyFile: c.HTTP.TLSKeyFile,
 		Ring: ring, Devices: sched, Upstream: g.up, Logger: log.With("pkg", "web"),
 	})
 	return g, nil
 }
+
+// edgeWriter lets web and push write through the scheduler without
+// importing edge: both declare the same one-method Writer.
+type edgeWriter struct{ s *edge.Scheduler }
+
+func (w edgeWriter) Write(ctx context.Context, device, tag string, value float64, origin string) (float64, float64, error) {
+	r, err := w.s.Write(ctx, edge.WriteRequest{Device: device, Tag: tag, Value: value, Origin: origin})
+	return r.Written, r.ReadBack, err
+}
+
+var (
+	_ web.Writer  = edgeWriter{}
+	_ push.Writer = edgeWriter{}
+)
 
 // listen binds the local HTTP server and returns the page's URL.
 func (g *gateway) listen() (string, error) {

@@ -43,7 +43,10 @@ func secret(what, path string) (string, error) {
 }
 
 // newPusher maps [upstream] onto push.Config, reading the secrets from their files.
-func newPusher(c *conf.Config, q *ringstore.Queue, latest func() *ringstore.Snapshot, st *stats.Upstream, log *slog.Logger) (*push.Pusher, error) {
+// Write commands from the uplink are taken only over wss:// (a plain ws://
+// uplink could carry commands injected on the way); from MQTT only when
+// write_commands is on.
+func newPusher(c *conf.Config, q *ringstore.Queue, latest func() *ringstore.Snapshot, st *stats.Upstream, w push.Writer, log *slog.Logger) (*push.Pusher, error) {
 	ws, m := c.Upstream.WebSocket, c.Upstream.MQTT
 	token, err := secret("upstream.websocket.token_file", ws.TokenFile)
 	if err != nil {
@@ -71,8 +74,17 @@ func newPusher(c *conf.Config, q *ringstore.Queue, latest func() *ringstore.Snap
 		MQTT: push.MQTTConfig{
 			Broker: m.Broker, Mode: m.Mode, FallbackAfter: ws.FallbackAfter, TopicPrefix: m.TopicPrefix, QoS: qos,
 			ClientID: m.ClientID, Username: user, Password: pass, CAFile: m.CAFile, CertFile: m.CertFile,
-			KeyFile: m.KeyFile, ServerName: m.ServerName, NoPerTagTopics: !m.PerTagTopics,
+			KeyFile: m.KeyFile, ServerName: m.ServerName, NoPerTagTopics: !m.PerTagTopics, WriteCommands: m.WriteCommands,
 		},
-		Queue: q, Latest: latest, State: st, Logger: log,
+		Queue: q, Latest: latest, State: st, Logger: log, Writer: uplinkWriter(ws.URL, m.WriteCommands, w),
 	})
+}
+
+// uplinkWriter is w when some upstream path may carry write commands: a
+// wss:// uplink, or MQTT with write_commands on. Otherwise nil (refused).
+func uplinkWriter(wsURL string, mqttWrites bool, w push.Writer) push.Writer {
+	if strings.HasPrefix(wsURL, "wss://") || mqttWrites {
+		return w
+	}
+	return nil
 }

@@ -18,7 +18,7 @@ func edgeConfig(c *conf.Config) (edge.Config, error) {
 	for _, d := range c.Devices {
 		dc := edge.DeviceConfig{
 			Name: d.Name, Transport: d.Transport, Address: d.Address, Unit: d.Unit,
-			Interval: d.Interval, Timeout: d.Timeout, Retries: d.Retries,
+			Interval: d.Interval, Timeout: d.Timeout, Retries: d.Retries, WriteTransport: d.WriteTransport,
 			MaxGap: d.MaxGap, MaxRegs: d.MaxRegisters, MaxBits: c.Poll.MaxBits,
 			Serial: modbus.SerialConfig{
 				Baud: d.Serial.Baud, DataBits: d.Serial.DataBits, Parity: d.Serial.Parity, StopBits: d.Serial.StopBits,

@@ -13,6 +13,7 @@ type bus struct {
 	name    string
 	devices []*device
 	busy    atomic.Int64 // Unix ns when the poll in progress started, 0 when waiting
+	wr      busWrites    // queued writes, done between polls (write.go)
 }
 
 // stuck reports a poll that has run longer than limit: a bus whose
@@ -39,6 +40,7 @@ func (b *bus) run(ctx context.Context, start time.Time, sink Sink) {
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	defer b.closeWriteConns()
 	for {
 		d := b.devices[0]
 		for _, o := range b.devices[1:] {
@@ -52,6 +54,10 @@ func (b *bus) run(ctx context.Context, start time.Time, sink Sink) {
 			case <-ctx.Done():
 				return
 			case <-timer.C:
+			case j := <-b.wr.queue:
+				timer.Stop()
+				b.serveWrite(j)
+				continue
 			}
 		} else if ctx.Err() != nil {
 			return
@@ -59,6 +65,7 @@ func (b *bus) run(ctx context.Context, start time.Time, sink Sink) {
 		b.busy.Store(time.Now().UnixNano())
 		b.pollOne(d, sink)
 		b.busy.Store(0)
+		b.serveQueuedWrite() // one waiting write even when polls leave no idle time
 	}
 }
 

@@ -8,7 +8,10 @@
 //
 // Concurrency: one goroutine owns each bus — a TCP connection (parallel mode),
 // every TCP device (serial mode), one UDP device's request stream, or a serial
-// port with all its units — and does every request on it; polls on one bus
+// port with all its units — and does every request on it, writes included
+// (Write queues them to the bus goroutine, which does them between polls and
+// owns the lazy TCP connections UDP devices write over); polls on one bus
 // never overlap and never stack. Run owns those goroutines and returns after
-// they have exited. Devices and Plan are safe to call at any time.
+// they have exited. Devices, Plan, Healthy and Write are safe to call at any
+// time.
 package edge

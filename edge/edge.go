@@ -66,6 +66,9 @@ type DeviceConfig struct {
 	MaxBits   int // coils or discrete inputs per read (≤2000, 0: 2000); lowered likewise
 	Serial    modbus.SerialConfig
 	Tags      []Tag
+	// WriteTransport: a udp device writes over tcp to the same host:port
+	// unless this is "udp" (write.go); ignored for other transports.
+	WriteTransport string
 }
 
 // Scheduler polls every configured device.
@@ -74,6 +77,7 @@ type Scheduler struct {
 	log     *slog.Logger
 	devices []*device
 	buses   []*bus
+	wr      schedWrites // write path (write.go)
 
 	mu     sync.Mutex
 	closer []func() error // opened transports, closed when Run ends
@@ -112,6 +116,7 @@ func New(cfg Config) (*Scheduler, error) {
 		s.devices = append(s.devices, d)
 	}
 	s.buses = s.groupBuses()
+	s.initWrites()
 	// Stagger: device i of n starts i/n of its interval after the start,
 	// so n devices at one interval never burst at the top of the second.
 	for i, d := range s.devices {
@@ -196,6 +201,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer func() {
 		cancel()
 		wg.Wait()
+		s.stopWrites() // answers queued writes "stopped"
 		s.closeAll()
 	}()
 	if err := s.openRTU(); err != nil {
@@ -205,6 +211,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return err
 	}
 	s.openTCP()
+	s.startWrites()
 	start := time.Now()
 	for _, b := range s.buses {
 		wg.Add(1)

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,6 +56,9 @@ type Config struct {
 	// polls waiting, WebSocket connections open. Beyond it: 503 + Retry-After: 1.
 	MaxClients      int
 	MaxRequestBytes int64 // 64 KiB: request headers (MaxHeaderBytes) and bodies (413)
+	// MaxConns bounds open TCP connections (2*MaxClients+64); beyond it a
+	// new connection is closed at accept and counted.
+	MaxConns int
 
 	ReadHeaderTimeout time.Duration // 10s
 	IdleTimeout       time.Duration // 120s
@@ -62,6 +66,18 @@ type Config struct {
 	ShutdownTimeout   time.Duration // 5s: bound of the graceful part of shutdown
 
 	AllowedOrigins []string // WebSocket upgrade and CORS allow-list ("http://host:port", "*"); empty = same origin only
+
+	// Access control (security.go). Secrets come from files or the
+	// environment (main reads them) and are never logged.
+	WriteToken     string     // bearer token for POST /api/write; "" = writes off (403)
+	Writer         Writer     // nil = writes off (403)
+	ReadToken      string     // bearer token for the page and the API; "" = reads open (unless basic auth)
+	BasicAuthUser  string     // basic auth for the page and API reads (with BasicAuthHash)
+	BasicAuthHash  string     // HashPassword's output
+	ProtectMetrics bool       // /metrics needs read credentials too (/healthz stays open)
+	RateLimit      RateLimits // per client IP; zero value = defaults, loopback exempt
+	TLSCertFile    string     // HTTPS when both are set (PEM files)
+	TLSKeyFile     string
 
 	WSQueue        int           // 64 frames per client; a full queue drops the client
 	WSWriteTimeout time.Duration // 5s per frame
@@ -111,6 +127,9 @@ func (c *Config) fill() {
 	if c.WSReadLimit <= 0 {
 		c.WSReadLimit = DefaultWSReadLimit
 	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 2*c.MaxClients + 64
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -143,10 +162,16 @@ type MethodStats struct {
 
 // ClientStats is a copy of the server's client counters.
 type ClientStats struct {
-	ShortPolling, LongPolling, WebSocket MethodStats
-	WSDropped                            uint64 // WebSocket clients dropped because their queue was full
-	WSFramesSent                         uint64 // data frames written to WebSocket clients
-	TooLarge                             uint64 // requests refused with 413/431
+	ShortPolling, LongPolling, WebSocket  MethodStats
+	WSDropped                             uint64 // WebSocket clients dropped because their queue was full
+	WSFramesSent                          uint64 // data frames written to WebSocket clients
+	TooLarge                              uint64 // requests refused with 413/431
+	RateLimitedRead, RateLimitedWrite     uint64 // requests refused with 429, per class
+	AuthFailures                          uint64 // requests refused with 401
+	ConnsOpen                             int64  // TCP connections open now
+	ConnsRefused                          uint64 // connections closed at accept beyond MaxConns
+	WSBadMessages                         uint64 // WebSocket clients closed for a malformed or oversized message
+	WritesOK, WritesFailed, WritesRefused uint64 // POST /api/write: confirmed; failed in the writer; refused before it (400/403/413/415)
 }
 
 // Server is the local HTTP server. Build it with New.
@@ -163,6 +188,19 @@ type Server struct {
 	wsDrops  atomic.Uint64
 	wsFrames atomic.Uint64
 	tooLarge atomic.Uint64
+
+	lim           *limiter
+	basic         *basicAuth
+	basicErr      error // reported by Listen
+	rlog          rateLog
+	authFailures  atomic.Uint64
+	connsOpen     atomic.Int64
+	connsRefused  atomic.Uint64
+	wsBad         atomic.Uint64
+	writesOK      atomic.Uint64
+	writesFailed  atomic.Uint64
+	writesRefused atomic.Uint64
+	tlsConf       *tls.Config
 
 	short   atomic.Pointer[encodedSnapshot] // shortPolling body cache, keyed by *Snapshot
 	shortMu sync.Mutex                      // serialises re-encoding on a cache miss (no I/O under it)
@@ -198,7 +236,10 @@ func New(cfg Config) *Server {
 		started:  time.Now(),
 		origins:  make(map[string]bool),
 		shutdown: make(chan struct{}),
+		lim:      newLimiter(cfg.RateLimit),
+		rlog:     rateLog{every: 10 * time.Second},
 	}
+	s.basic, s.basicErr = parseBasic(cfg.BasicAuthUser, cfg.BasicAuthHash)
 	for _, o := range cfg.AllowedOrigins {
 		if o == "*" {
 			s.anyOrig = true
@@ -215,14 +256,20 @@ func New(cfg Config) *Server {
 		EnableCompression: false,
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", s.handlePage)
-	mux.HandleFunc("GET /api/shortPolling", s.handleShort)
-	mux.HandleFunc("GET /api/longPolling", s.handleLong)
-	mux.HandleFunc("GET /api/ws", s.handleWS)
-	mux.HandleFunc("GET /api/devices", s.handleDevices)
-	mux.HandleFunc("GET /api/status", s.handleStatus)
+	mux.HandleFunc("GET /{$}", s.readAuth(s.handlePage))
+	mux.HandleFunc("GET /api/shortPolling", s.limit(classRead, s.readAuth(s.handleShort)))
+	mux.HandleFunc("GET /api/longPolling", s.limit(classRead, s.readAuth(s.handleLong)))
+	mux.HandleFunc("GET /api/ws", s.limit(classRead, s.readAuth(s.handleWS)))
+	mux.HandleFunc("GET /api/devices", s.limit(classRead, s.readAuth(s.handleDevices)))
+	mux.HandleFunc("GET /api/status", s.readAuth(s.handleStatus))
+	mux.HandleFunc("POST /api/write", s.limit(classWrite, s.handleWrite))
+	mux.HandleFunc("OPTIONS /api/{path...}", s.handlePreflight)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
-	mux.HandleFunc("GET /metrics", s.handleMetrics)
+	if cfg.ProtectMetrics {
+		mux.HandleFunc("GET /metrics", s.readAuth(s.handleMetrics))
+	} else {
+		mux.HandleFunc("GET /metrics", s.handleMetrics)
+	}
 	s.handler = s.guard(mux)
 	return s
 }
@@ -232,13 +279,28 @@ func New(cfg Config) *Server {
 // only runs inside Serve.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Listen binds cfg.Listen (":0" allowed) and returns the real address. Serve
-// calls it when it was not called before.
+// Listen checks the access settings, loads the TLS certificate (when set),
+// binds cfg.Listen (":0" allowed) and returns the real address. Serve calls
+// it when it was not called before.
 func (s *Server) Listen() (net.Addr, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ln != nil {
 		return s.ln.Addr(), nil
+	}
+	if s.basicErr != nil {
+		return nil, s.basicErr
+	}
+	if (s.cfg.TLSCertFile == "") != (s.cfg.TLSKeyFile == "") {
+		return nil, errors.New("web: tls needs both a certificate file and a key file")
+	}
+	if s.cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("web: tls: %w", err)
+		}
+		// HTTP/1.1 only: WebSocket upgrades and long polls are HTTP/1.1 here.
+		s.tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
 	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
@@ -278,9 +340,15 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(hubDone)
 		s.runHub(hubCtx)
 	}()
+	var ln net.Listener = &connLimiter{Listener: s.ln, s: s, max: int64(s.cfg.MaxConns)}
+	scheme := "http"
+	if s.tlsConf != nil {
+		ln, scheme = tls.NewListener(ln, s.tlsConf), "https"
+	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(s.ln) }()
-	s.log.Info("web: serving", "addr", s.ln.Addr().String())
+	go func() { serveErr <- srv.Serve(ln) }()
+	s.log.Info("web: serving", "addr", s.ln.Addr().String(), "scheme", scheme,
+		"writes", s.cfg.WriteToken != "" && s.cfg.Writer != nil, "read_auth", s.readProtected())
 
 	var err error
 	select {
@@ -315,6 +383,10 @@ func (s *Server) Stats() ClientStats {
 	return ClientStats{
 		ShortPolling: get(mShort), LongPolling: get(mLong), WebSocket: get(mWS),
 		WSDropped: s.wsDrops.Load(), WSFramesSent: s.wsFrames.Load(), TooLarge: s.tooLarge.Load(),
+		RateLimitedRead: s.lim.limited[classRead].Load(), RateLimitedWrite: s.lim.limited[classWrite].Load(),
+		AuthFailures: s.authFailures.Load(), ConnsOpen: s.connsOpen.Load(), ConnsRefused: s.connsRefused.Load(),
+		WSBadMessages: s.wsBad.Load(), WritesOK: s.writesOK.Load(), WritesFailed: s.writesFailed.Load(),
+		WritesRefused: s.writesRefused.Load(),
 	}
 }
 

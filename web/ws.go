@@ -29,7 +29,8 @@ import (
 //
 // After the first frame, the samples a client receives are in seq order with
 // no gap and no duplicate (a reset snapshot is the only declared gap).
-// A malformed client message closes the connection with 1007 and a reason;
+// A malformed client message closes the connection with 1007 and a reason,
+// one over WSReadLimit with 1009 (both counted);
 // a client whose queue fills is closed with 1008 "too slow"; shutdown closes
 // with 1001.
 
@@ -360,14 +361,23 @@ func (s *Server) wsRead(c *wsClient) {
 		_, data, err := conn.ReadMessage()
 		if err != nil {
 			var ce *websocket.CloseError
-			if errors.As(err, &ce) {
+			switch {
+			case errors.As(err, &ce):
 				c.closeSent.Store(true) // gorilla's close handler answered it
+			case errors.Is(err, websocket.ErrReadLimit):
+				// gorilla sent 1009 "message too big" itself
+				c.closeSent.Store(true)
+				s.wsBad.Add(1)
+				s.rlog.log(s.log, "ws bad", "web: websocket client closed: message over the read limit",
+					"remote", conn.RemoteAddr().String(), "limit", s.cfg.WSReadLimit)
 			}
 			return
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(wait))
 		n, msg := parseResume(data)
 		if msg != "" {
+			s.wsBad.Add(1)
+			s.rlog.log(s.log, "ws bad", "web: websocket client closed: "+msg, "remote", conn.RemoteAddr().String())
 			if c.closeSent.CompareAndSwap(false, true) {
 				_ = conn.WriteControl(websocket.CloseMessage,
 					websocket.FormatCloseMessage(websocket.CloseInvalidFramePayloadData, msg),
