@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"syscall"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 func cmdRun(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	path := fs.String("config", "/etc/edgegw/edgegw.toml", "config file")
+	watch := fs.Duration("watch", 0, "also reload when the config file changes, checked this often (0: only on SIGHUP)")
 	newLog := logFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -45,7 +48,7 @@ func cmdRun(args []string) error {
 	wd := sdnotify.New(sdnotify.Config{Logger: log, Check: func() error { return g.sched.Healthy(30 * time.Second) }})
 	pieces := append(g.pieces(),
 		piece{"watchdog", wd.Run},
-		piece{"sighup", func(ctx context.Context) error { return onSIGHUP(ctx, *path, log, wd) }},
+		piece{"reload", func(ctx context.Context) error { return reloadOnSignal(ctx, g, *path, *watch, log, wd) }},
 	)
 	log.Info("edgegw running", "version", version, "config", *path, "gateway", c.Gateway.ID, "devices", len(c.Devices), "page", page)
 	wd.Notify(sdnotify.Ready)
@@ -55,25 +58,86 @@ func cmdRun(args []string) error {
 	return err
 }
 
-// onSIGHUP re-reads the config on every SIGHUP and says whether it is valid.
-// Applying a changed config without a restart is not done yet: the running
-// one stays (Go's default on SIGHUP would be to exit).
-func onSIGHUP(ctx context.Context, path string, log *slog.Logger, wd *sdnotify.Watchdog) error {
+// reloadOnSignal re-reads the config on SIGHUP (and, with watch > 0, when
+// the file's size or modification time changes) and applies it: an invalid
+// file is refused and the running config stays; the device set is applied
+// at once (unchanged devices keep polling without a gap, clients stay
+// connected, the sequence continues); changes to other sections are named
+// in the log as needing a restart.
+func reloadOnSignal(ctx context.Context, g *gateway, path string, watch time.Duration, log *slog.Logger, wd *sdnotify.Watchdog) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	var tick <-chan time.Time
+	stamp := fileStamp(path)
+	if watch > 0 {
+		t := time.NewTicker(watch)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-hup:
+		case <-tick:
+			if st := fileStamp(path); st == stamp {
+				continue
+			} else {
+				stamp = st
+			}
 		}
 		wd.Notify(sdnotify.Reloading())
-		if _, err := conf.Load(path); err != nil {
-			log.Error("SIGHUP: config invalid; the running one stays", "config", path, "err", err)
-		} else {
-			log.Warn("SIGHUP: config valid, but applying it needs a restart (systemctl restart edgegw)", "config", path)
-		}
+		reload(ctx, g, path, log)
 		wd.Notify(sdnotify.Ready)
 	}
+}
+
+func fileStamp(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+}
+
+// reload applies the config at path to the running gateway.
+func reload(ctx context.Context, g *gateway, path string, log *slog.Logger) {
+	c, err := conf.Load(path)
+	if err != nil {
+		log.Error("reload: config invalid; the running one stays", "config", path, "err", err)
+		return
+	}
+	ec, err := edgeConfig(c)
+	if err != nil {
+		log.Error("reload: config invalid; the running one stays", "config", path, "err", err)
+		return
+	}
+	res, err := g.sched.Reload(ctx, ec.Devices)
+	if err != nil {
+		log.Error("reload: devices not applied; the running ones stay", "config", path, "err", err)
+		return
+	}
+	log.Info("reload: devices applied", "config", path, "result", res.String())
+	if diff := restartSections(g.cfg, c); len(diff) > 0 {
+		log.Warn("reload: these sections changed and take effect at the next restart", "sections", diff)
+	}
+}
+
+// restartSections names the config sections other than the devices and
+// profiles that differ between the running config and a new one.
+func restartSections(old, new *conf.Config) []string {
+	var out []string
+	for _, p := range []struct {
+		name string
+		a, b any
+	}{
+		{"gateway", old.Gateway, new.Gateway}, {"http", old.HTTP, new.HTTP}, {"ring", old.Ring, new.Ring},
+		{"poll", old.Poll, new.Poll}, {"upstream", old.Upstream, new.Upstream}, {"buffer", old.Buffer, new.Buffer},
+	} {
+		if !reflect.DeepEqual(p.a, p.b) {
+			out = append(out, p.name)
+		}
+	}
+	return out
 }

@@ -36,7 +36,9 @@ func (b *bus) stuck(now time.Time, limit time.Duration) error {
 //     first answer promotes it back.
 func (b *bus) run(ctx context.Context, start time.Time, sink Sink) {
 	for _, d := range b.devices {
-		d.next = start.Add(d.offset)
+		if d.next.IsZero() { // a device taken over by a reload keeps its schedule
+			d.next = start.Add(d.offset)
+		}
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

@@ -1,9 +1,9 @@
 package edge
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -73,14 +73,14 @@ type DeviceConfig struct {
 
 // Scheduler polls every configured device.
 type Scheduler struct {
-	cfg     Config
-	log     *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	wr     schedWrites     // write path (write.go)
+	reload chan *reloadReq // Reload → Run (reload.go)
+
+	mu      sync.RWMutex // guards devices and buses: Run swaps them on a reload
 	devices []*device
 	buses   []*bus
-	wr      schedWrites // write path (write.go)
-
-	mu     sync.Mutex
-	closer []func() error // opened transports, closed when Run ends
 }
 
 // New checks the config, fills defaults and plans the reads. It opens
@@ -101,10 +101,25 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Scheduler{cfg: cfg, log: cfg.Logger}
+	s := &Scheduler{cfg: cfg, log: cfg.Logger, reload: make(chan *reloadReq)}
+	devs, err := s.buildDevices(cfg.Devices, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.devices = devs
+	s.buses = s.groupBuses(devs)
+	s.initWrites()
+	return s, nil
+}
+
+// buildDevices makes the devices of a config, in order. A device of old
+// whose resolved config is unchanged is taken over as it is (statistics,
+// connection, schedule). Each device starts i/n of its interval after the
+// start (n devices at one interval never burst at the top of the second).
+func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]*device, error) {
 	seen := map[string]bool{}
-	for i := range cfg.Devices {
-		dc := cfg.Devices[i]
+	devs := make([]*device, 0, len(dcs))
+	for i, dc := range dcs {
 		if seen[dc.Name] {
 			return nil, fmt.Errorf("edge: device %q twice", dc.Name)
 		}
@@ -113,23 +128,21 @@ func New(cfg Config) (*Scheduler, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.devices = append(s.devices, d)
+		if o := old[dc.Name]; o != nil && reflect.DeepEqual(o.cfg, d.cfg) {
+			d = o
+		} else {
+			d.offset = time.Duration(int64(d.cfg.Interval) * int64(i) / int64(max(len(dcs), 1)))
+		}
+		devs = append(devs, d)
 	}
-	s.buses = s.groupBuses()
-	s.initWrites()
-	// Stagger: device i of n starts i/n of its interval after the start,
-	// so n devices at one interval never burst at the top of the second.
-	for i, d := range s.devices {
-		d.offset = time.Duration(int64(d.cfg.Interval) * int64(i) / int64(max(len(s.devices), 1)))
-	}
-	return s, nil
+	return devs, nil
 }
 
 // groupBuses assigns devices to the goroutines that will own their bus.
-func (s *Scheduler) groupBuses() []*bus {
+func (s *Scheduler) groupBuses(devs []*device) []*bus {
 	var buses []*bus
 	byKey := map[string]*bus{}
-	for _, d := range s.devices {
+	for _, d := range devs {
 		var key string
 		switch d.cfg.Transport {
 		case TransportTCP:
@@ -158,6 +171,8 @@ func (s *Scheduler) groupBuses() []*bus {
 
 // Devices returns every device's identity and live statistics.
 func (s *Scheduler) Devices() []stats.Entry {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	out := make([]stats.Entry, len(s.devices))
 	for i, d := range s.devices {
 		out[i] = stats.Entry{Info: d.info, Stats: &d.stats}
@@ -167,6 +182,8 @@ func (s *Scheduler) Devices() []stats.Entry {
 
 // Plan returns the reads each device's poll issues, in device order.
 func (s *Scheduler) Plan() map[string][]Read {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	out := make(map[string][]Read, len(s.devices))
 	for _, d := range s.devices {
 		out[d.cfg.Name] = d.currentPlan()
@@ -178,6 +195,8 @@ func (s *Scheduler) Plan() map[string][]Read {
 // longer than limit (and at least 3 of its devices' intervals): its
 // goroutine is stuck. A dead device is healthy: its polls time out.
 func (s *Scheduler) Healthy(limit time.Duration) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	now := time.Now()
 	for _, b := range s.buses {
 		l := limit
@@ -189,122 +208,4 @@ func (s *Scheduler) Healthy(limit time.Duration) error {
 		}
 	}
 	return nil
-}
-
-// Run opens the transports (serial ports first: goburrow/serial uses
-// select(), which fails on descriptors ≥ 1024), polls until ctx is done,
-// then closes everything. It returns after every goroutine has exited.
-func (s *Scheduler) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-		s.stopWrites() // answers queued writes "stopped"
-		s.closeAll()
-	}()
-	if err := s.openRTU(); err != nil {
-		return err
-	}
-	if err := s.openUDP(ctx, &wg); err != nil {
-		return err
-	}
-	s.openTCP()
-	s.startWrites()
-	start := time.Now()
-	for _, b := range s.buses {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.run(ctx, start, s.cfg.Sink)
-		}()
-	}
-	<-ctx.Done()
-	return nil
-}
-
-func (s *Scheduler) addCloser(f func() error) {
-	s.mu.Lock()
-	s.closer = append(s.closer, f)
-	s.mu.Unlock()
-}
-
-func (s *Scheduler) closeAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := len(s.closer) - 1; i >= 0; i-- {
-		_ = s.closer[i]()
-	}
-	s.closer = nil
-}
-
-func (s *Scheduler) openRTU() error {
-	ports := map[string]*modbus.RTUPort{}
-	for _, d := range s.devices {
-		if d.cfg.Transport != TransportRTU && d.cfg.Transport != TransportRTUOverTCP {
-			continue
-		}
-		p := ports[d.cfg.Transport+" "+d.cfg.Address]
-		if p == nil {
-			if d.cfg.Transport == TransportRTU {
-				sc := d.cfg.Serial
-				sc.Path = d.cfg.Address
-				sc.Logger = s.log.With("port", d.cfg.Address)
-				var err error
-				if p, err = modbus.OpenRTU(sc); err != nil {
-					return fmt.Errorf("edge: device %q: %w", d.cfg.Name, err)
-				}
-			} else {
-				p = modbus.NewRTUOverTCP(modbus.TCPConfig{Address: d.cfg.Address, Timeout: d.cfg.Timeout, Logger: s.log.With("bus", d.cfg.Address)})
-			}
-			ports[d.cfg.Transport+" "+d.cfg.Address] = p
-			s.addCloser(p.Close)
-		}
-		d.conn = p.Unit(d.cfg.Unit, d.cfg.Timeout)
-	}
-	return nil
-}
-
-func (s *Scheduler) openUDP(ctx context.Context, wg *sync.WaitGroup) error {
-	var sock *modbus.UDPSocket
-	for _, d := range s.devices {
-		if d.cfg.Transport != TransportUDP {
-			continue
-		}
-		if sock == nil {
-			var err error
-			sock, err = modbus.NewUDPSocket(modbus.UDPConfig{Listen: s.cfg.UDPListen, BufferBytes: s.cfg.UDPBufferBytes, Logger: s.log})
-			if err != nil {
-				return fmt.Errorf("edge: %w", err)
-			}
-			s.addCloser(sock.Close)
-		}
-		c, err := sock.Device(d.cfg.Address, d.cfg.Unit, d.cfg.Timeout)
-		if err != nil {
-			return fmt.Errorf("edge: device %q: %w", d.cfg.Name, err)
-		}
-		d.conn = c
-	}
-	if sock != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := sock.Run(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("udp socket stopped", "err", err)
-			}
-		}()
-	}
-	return nil
-}
-
-func (s *Scheduler) openTCP() {
-	for _, d := range s.devices {
-		if d.cfg.Transport != TransportTCP {
-			continue
-		}
-		c := modbus.NewTCP(modbus.TCPConfig{Address: d.cfg.Address, Unit: d.cfg.Unit, Timeout: d.cfg.Timeout, Logger: d.log})
-		d.conn = c
-		s.addCloser(c.Close)
-	}
 }

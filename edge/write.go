@@ -130,7 +130,8 @@ type busWrites struct {
 	tcp   map[*device]*modbus.TCPConn // lazy write connections of UDP devices
 }
 
-// initWrites builds the lookup tables and queues (called by New).
+// initWrites builds the lookup tables and queues (New, and a reload).
+// Caller holds s.wr.mu for writing, or runs before Run.
 func (s *Scheduler) initWrites() {
 	s.wr.byName = make(map[string]*device, len(s.devices))
 	s.wr.busOf = make(map[*device]*bus, len(s.devices))
@@ -138,9 +139,42 @@ func (s *Scheduler) initWrites() {
 		s.wr.byName[d.cfg.Name] = d
 	}
 	for _, b := range s.buses {
-		b.wr.queue = make(chan *writeJob, WriteQueue)
+		if b.wr.queue == nil {
+			b.wr.queue = make(chan *writeJob, WriteQueue)
+		}
 		for _, d := range b.devices {
 			s.wr.busOf[d] = b
+		}
+	}
+}
+
+// swapWrites is a reload's part of the write path: with writes held off,
+// it answers the writes queued on buses that were stopped ("stopped": try
+// again), runs swap (which installs the new device set) and rebuilds the
+// tables.
+func (s *Scheduler) swapWrites(oldBuses []*bus, kept map[*bus]bool, swap func()) {
+	s.wr.mu.Lock()
+	defer s.wr.mu.Unlock()
+	for _, b := range oldBuses {
+		if !kept[b] {
+			drainWrites(b, "the device's bus restarted for a reload before the write was done; try again")
+		}
+	}
+	swap()
+	s.initWrites()
+}
+
+// drainWrites answers every write queued on b with "stopped" (b's goroutine
+// has exited).
+func drainWrites(b *bus, why string) {
+	for {
+		select {
+		case j := <-b.wr.queue:
+			if j.state.CompareAndSwap(jobPending, jobClaimed) {
+				j.done <- writeOutcome{err: j.fail(WriteStopped, why, nil)}
+			}
+		default:
+			return
 		}
 	}
 }
@@ -158,18 +192,10 @@ func (s *Scheduler) stopWrites() {
 	s.wr.mu.Lock()
 	defer s.wr.mu.Unlock()
 	s.wr.running = false
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	for _, b := range s.buses {
-		for {
-			select {
-			case j := <-b.wr.queue:
-				if j.state.CompareAndSwap(jobPending, jobClaimed) {
-					j.done <- writeOutcome{err: j.fail(WriteStopped, "the scheduler stopped before the write was done", nil)}
-				}
-				continue
-			default:
-			}
-			break
-		}
+		drainWrites(b, "the scheduler stopped before the write was done")
 	}
 }
 
@@ -208,12 +234,13 @@ func fmtValue(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 // origin and outcome. Safe for concurrent use.
 func (s *Scheduler) Write(ctx context.Context, req WriteRequest) (WriteResult, error) {
 	res := WriteResult{Device: req.Device, Tag: req.Tag, Written: req.Value}
+	s.wr.mu.RLock() // the tables change on a reload
 	j, werr := s.prepareWrite(req)
 	if werr != nil {
+		s.wr.mu.RUnlock()
 		s.logWrite(req, res, werr)
 		return res, werr
 	}
-	s.wr.mu.RLock()
 	if !s.wr.running {
 		s.wr.mu.RUnlock()
 		werr = writeErr(req, WriteStopped, "the scheduler is not running", nil)

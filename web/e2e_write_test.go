@@ -177,7 +177,9 @@ func TestWriteEndToEnd(t *testing.T) {
 	wg.Wait()
 	for _, e := range sched.Devices() {
 		sn := e.Stats.Snapshot()
-		if sn.Timeouts != 0 || sn.Errors != 0 || sn.Exceptions != 0 || sn.Polls == 0 || sn.ValidRate() != 1 {
+		// collisions show as timeouts, frame errors or exceptions; overruns
+		// of a busy machine are scheduling and only reported
+		if sn.Timeouts != 0 || sn.Errors != 0 || sn.Exceptions != 0 || sn.Polls == 0 {
 			t.Errorf("%s: polls %d good %d timeouts %d errors %d exceptions %d overruns %d cycle p99 %.0f µs", e.Info.Name, sn.Polls, sn.GoodPolls, sn.Timeouts, sn.Errors, sn.Exceptions, sn.Overruns, sn.Cycle.Quantile(0.99))
 		}
 	}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"edgegw/ringstore"
+	"edgegw/sim"
+)
+
+// wsCollector keeps every sample a /api/ws client receives.
+type wsCollector struct {
+	mu      sync.Mutex
+	samples []ringstore.Sample
+	err     error
+}
+
+func (c *wsCollector) all() ([]ringstore.Sample, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]ringstore.Sample(nil), c.samples...), c.err
+}
+
+func collectWS(t *testing.T, page string) *wsCollector {
+	t.Helper()
+	conn, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(page, "http")+"api/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &wsCollector{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			_, msg, err := conn.ReadMessage()
+			if err != nil {
+				c.mu.Lock()
+				c.err = err
+				c.mu.Unlock()
+				return
+			}
+			var f struct {
+				Type    string             `json:"type"`
+				Samples []ringstore.Sample `json:"samples"`
+			}
+			if err := json.Unmarshal(msg, &f); err != nil {
+				t.Errorf("ws frame: %v", err)
+				return
+			}
+			if f.Type == "samples" {
+				c.mu.Lock()
+				c.samples = append(c.samples, f.Samples...)
+				c.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { conn.Close(); <-done })
+	return c
+}
+
+// SIGHUP reloads: a valid config adds, removes and changes devices while
+// the unchanged ones keep polling without a gap; an invalid one is refused
+// and the running one stays; a WebSocket client stays connected and sees
+// the sequence continue without a gap throughout.
+func TestReloadOnSIGHUP(t *testing.T) {
+	fleet, err := sim.NewFleet(sim.Config{Devices: 5, Transport: "udp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fleetDone := make(chan error, 1)
+	go func() { fleetDone <- fleet.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-fleetDone })
+
+	config := func(devs ...int) string {
+		var b strings.Builder
+		b.WriteString("[gateway]\nid = \"reload\"\n[http]\nlisten = \"127.0.0.1:0\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n")
+		b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 } ]\n")
+		for _, i := range devs {
+			iv := "100ms"
+			if i < 0 { // device -i with another interval: a changed device
+				i, iv = -i, "200ms"
+			}
+			fmt.Fprintf(&b, "[[device]]\nname = \"d%d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = %q\ntimeout = \"50ms\"\n", i, fleet.Addr(i), iv)
+		}
+		return b.String()
+	}
+	path := filepath.Join(t.TempDir(), "edgegw.toml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(config(0, 1, 2, 3))
+	gw := startProc(t, "run", "-config", path)
+	line := gw.waitLine("edgegw running", 20*time.Second)
+	page := line[strings.Index(line, "page=")+len("page="):]
+	ws := collectWS(t, page)
+	samplesOf := func(dev string) []ringstore.Sample {
+		all, _ := ws.all()
+		var out []ringstore.Sample
+		for _, s := range all {
+			if s.Device == dev {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	waitFor(t, 10*time.Second, "samples of d0..d3", func() bool { return len(samplesOf("d3")) >= 10 })
+
+	// valid: d2 removed, d3 changed, d4 added
+	write(config(0, 1, -3, 4))
+	_ = gw.cmd.Process.Signal(syscall.SIGHUP)
+	gw.waitLine("reload: devices applied", 10*time.Second)
+	reloaded := time.Now().UnixMicro()
+	waitFor(t, 10*time.Second, "samples of the added d4", func() bool { return len(samplesOf("d4")) >= 10 })
+
+	// invalid: refused, the running config stays
+	write("[[device]]\nname = \"broken\"\n")
+	_ = gw.cmd.Process.Signal(syscall.SIGHUP)
+	gw.waitLine("config invalid; the running one stays", 10*time.Second)
+	n := len(samplesOf("d4"))
+	waitFor(t, 10*time.Second, "d4 still polled after the refused reload", func() bool { return len(samplesOf("d4")) >= n+10 })
+	if code := gw.stop(15 * time.Second); code != 0 {
+		t.Errorf("gateway exited %d", code)
+	}
+
+	all, werr := ws.all()
+	if werr != nil && !websocket.IsCloseError(werr, websocket.CloseGoingAway) {
+		t.Errorf("websocket ended with %v, want a close on shutdown", werr)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].Seq != all[i-1].Seq+1 {
+			t.Fatalf("websocket stream gap: %d then %d", all[i-1].Seq, all[i].Seq)
+		}
+	}
+	for _, dev := range []string{"d0", "d1"} { // unchanged: no gap across the reloads
+		got := samplesOf(dev)
+		for i := 1; i < len(got); i++ {
+			if gap := time.Duration(got[i].TS-got[i-1].TS) * time.Microsecond; gap > 160*time.Millisecond {
+				t.Errorf("%s: %v between two polls at 100ms", dev, gap)
+			}
+		}
+	}
+	for _, s := range samplesOf("d2") {
+		if s.TS > reloaded {
+			t.Fatalf("removed d2 polled after the reload: %+v", s)
+		}
+	}
+	d3 := samplesOf("d3")
+	if last := d3[len(d3)-1]; time.Duration(last.TS-d3[len(d3)-2].TS)*time.Microsecond < 150*time.Millisecond {
+		t.Errorf("d3 not at its new 200ms interval: %v", time.Duration(last.TS-d3[len(d3)-2].TS)*time.Microsecond)
+	}
+}
