@@ -56,12 +56,31 @@ type wsClient struct {
 type hub struct {
 	mu      sync.Mutex
 	clients map[*wsClient]struct{}
+	joined  chan struct{} // closed (and replaced) when a client joins an empty hub
 }
 
 func (h *hub) add(c *wsClient) {
 	h.mu.Lock()
+	if len(h.clients) == 0 && h.joined != nil {
+		close(h.joined)
+		h.joined = make(chan struct{})
+	}
 	h.clients[c] = struct{}{}
 	h.mu.Unlock()
+}
+
+// idle returns a channel closed when the first client joins, or nil when
+// there are clients.
+func (h *hub) idle() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.clients) > 0 {
+		return nil
+	}
+	if h.joined == nil {
+		h.joined = make(chan struct{})
+	}
+	return h.joined
 }
 
 func (h *hub) remove(c *wsClient) {
@@ -102,6 +121,17 @@ func (h *hub) broadcast(f *frame) (dropped int) {
 func (s *Server) runHub(ctx context.Context) {
 	last := s.cfg.Ring.Snapshot().Seq
 	for {
+		if joined := s.hub.idle(); joined != nil {
+			// No client: do not wake on every poll. A client that joins
+			// starts from its snapshot and its writer fetches from the ring
+			// whatever lies between that and the hub's next frame.
+			select {
+			case <-joined:
+				last = s.cfg.Ring.Snapshot().Seq
+			case <-ctx.Done():
+				return
+			}
+		}
 		res := s.cfg.Ring.Since(last, nil) // a fresh slice: frames are immutable once sent
 		switch {
 		case res.Reset:
