@@ -112,10 +112,23 @@ func New(cfg Config) (*Scheduler, error) {
 	return s, nil
 }
 
+// StaggerSlots is how many start times the devices of one interval are
+// spread over. Devices of one slot wake together: the runtime fires their
+// timers in one go, which costs far less than as many separate wake-ups,
+// while the load is still spread over the interval (no burst at the top of
+// the second).
+const StaggerSlots = 8
+
+// staggerOffset is device i of n's start within its interval: slot i mod
+// StaggerSlots (or i of n when there are fewer devices than slots).
+func staggerOffset(interval time.Duration, i, n int) time.Duration {
+	slots := min(max(n, 1), StaggerSlots)
+	return time.Duration(int64(interval) * int64(i%slots) / int64(slots))
+}
+
 // buildDevices makes the devices of a config, in order. A device of old
 // whose resolved config is unchanged is taken over as it is (statistics,
-// connection, schedule). Each device starts i/n of its interval after the
-// start (n devices at one interval never burst at the top of the second).
+// connection, schedule). New devices are staggered (staggerOffset).
 func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]*device, error) {
 	seen := map[string]bool{}
 	devs := make([]*device, 0, len(dcs))
@@ -131,7 +144,7 @@ func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]
 		if o := old[dc.Name]; o != nil && reflect.DeepEqual(o.cfg, d.cfg) {
 			d = o
 		} else {
-			d.offset = time.Duration(int64(d.cfg.Interval) * int64(i) / int64(max(len(dcs), 1)))
+			d.offset = staggerOffset(d.cfg.Interval, i, len(dcs))
 		}
 		devs = append(devs, d)
 	}

@@ -412,3 +412,19 @@ func TestHealthyReportsAStuckBus(t *testing.T) {
 		t.Fatalf("stuck bus: %v", err)
 	}
 }
+
+func TestStaggerSlots(t *testing.T) {
+	// 48 devices at 1 s: 8 start times 125 ms apart, 6 devices each.
+	count := map[time.Duration]int{}
+	for i := 0; i < 48; i++ {
+		count[staggerOffset(time.Second, i, 48)]++
+	}
+	if len(count) != StaggerSlots {
+		t.Fatalf("%d start times: %v", len(count), count)
+	}
+	for off, n := range count {
+		if n != 6 || off%(125*time.Millisecond) != 0 {
+			t.Errorf("offset %v has %d devices", off, n)
+		}
+	}
+}
