@@ -10,7 +10,7 @@ BUILD     := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDF
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 TESTFLAGS ?= -race -timeout 15m
 
-.PHONY: help build test gotest lint vet fmtcheck arm arm64 amd64 bench benchcmp fuzz fuzz-brief clean
+.PHONY: help build test gotest lint vet fmtcheck arm arm64 amd64 bench bench-go benchcmp fuzz fuzz-brief clean
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -42,8 +42,14 @@ test: lint gotest fuzz-brief test-qemu ## the whole suite: lint, go test -race o
 gotest:
 	$(GO) test $(TESTFLAGS) ./...
 
-bench: ## Go benchmarks of the hot paths
+bench: ## regenerate docs/BENCHMARKS.md: edgegw bench acquire + deliver (~15 min; QUICK=1 ~2 min)
+	bench/regen.sh
+
+bench-go: ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+benchcmp: ## Go benchmarks, -count 6, compared with benchstat against bench/baseline.txt
+	bench/benchcmp.sh
 
 # Every fuzz target, FUZZTIME each (their seed corpora already run in make test).
 FUZZTIME ?= 30s

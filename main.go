@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+
+	"edgegw/bench"
 )
 
 // Stamped by the Makefile (-X main.version=… etc.).
@@ -32,6 +34,7 @@ usage:
   edgegw check   -config FILE              validate a config, print devices, tags and read plan
   edgegw sim     -devices N -transport tcp|udp|rtu …   simulated loggers alone
   edgegw receive -listen ADDR -out FILE.jsonl          reference upstream receiver
+  edgegw bench   acquire|deliver …                     the measurement stand (docs/BENCHMARKS.md)
   edgegw version
 
 Run "edgegw COMMAND -h" for the flags of one command.
@@ -55,6 +58,8 @@ func main() {
 		err = cmdSim(args)
 	case "receive":
 		err = cmdReceive(args)
+	case "bench":
+		err = bench.Main(args, os.Stdout)
 	case "version", "-version", "--version":
 		fmt.Printf("edgegw %s (commit %s, built %s, %s %s/%s)\n", version, commit, date, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	case "help", "-h", "-help", "--help":

@@ -1,0 +1,16 @@
+// Package bench owns the measurement stand behind `edgegw bench acquire` and
+// `edgegw bench deliver`: simulated loggers and delivery clients as load
+// generators, the gateway under test in a child process (the same binary
+// re-executed with `bench child ROLE`) so its CPU and RSS are its own, the
+// optional peers (Debian's mosquitto, Telegraf's modbus input), and the
+// reports: a table, JSON, Markdown and SVG line charts.
+//
+// It never runs inside the gateway (edge, web and push never import it),
+// never downloads or builds a peer, and talks only to loopback.
+//
+// Concurrency: RunAcquire and RunDeliver own every goroutine and process they
+// start (fleets, clients, children, peers) and return after all of them have
+// exited; each client goroutine owns its own counters and histogram, which
+// are merged only after it has exited. A child serves one command at a time
+// on its stdin/stdout.
+package bench
