@@ -46,6 +46,10 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	basicHash, err := secret("http.basic_auth_hash_file", c.HTTP.BasicAuthHashFile)
+	if err != nil {
+		return nil, err
+	}
 	if hasUpstream(c) {
 		if g.queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
 			return nil, err
@@ -63,6 +67,7 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		IdleTimeout: c.HTTP.IdleTimeout, WriteTimeout: c.HTTP.WriteTimeout, AllowedOrigins: c.HTTP.AllowedOrigins,
 		GatewayID: c.Gateway.ID, Version: version,
 		WriteToken: writeToken, Writer: edgeWriter{sched}, ReadToken: readToken,
+		BasicAuthUser: c.HTTP.BasicAuthUser, BasicAuthHash: basicHash, ProtectMetrics: c.HTTP.ProtectMetrics,
 		TLSCertFile: c.HTTP.TLSCertFile, TLSKeyFile: c.HTTP.TLSKeyFile,
 		Ring: ring, Devices: sched, Upstream: g.up, Logger: log.With("pkg", "web"),
 	})

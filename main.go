@@ -35,6 +35,7 @@ usage:
   edgegw sim     -devices N -transport tcp|udp|rtu …   simulated loggers alone
   edgegw receive -listen ADDR -out FILE.jsonl          reference upstream receiver
   edgegw bench   acquire|deliver …                     the measurement stand (docs/BENCHMARKS.md)
+  edgegw hash-password < password                      hash for [http] basic_auth_hash_file
   edgegw version
 
 Run "edgegw COMMAND -h" for the flags of one command.
@@ -60,6 +61,8 @@ func main() {
 		err = cmdReceive(args)
 	case "bench":
 		err = bench.Main(args, os.Stdout)
+	case "hash-password":
+		err = cmdHashPassword(args)
 	case "version", "-version", "--version":
 		fmt.Printf("edgegw %s (commit %s, built %s, %s %s/%s)\n", version, commit, date, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	case "help", "-h", "-help", "--help":

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"edgegw/internal/testenv"
+	"edgegw/sim"
 )
 
 // bin is the edgegw binary built once for the tests that run it as a
@@ -186,6 +187,29 @@ func TestCheckBadConfigExitsOne(t *testing.T) {
 	}
 }
 
+// runGateway runs `edgegw run -config cfg` and returns it with its page URL
+// (read from the "edgegw running … page=URL" log line).
+func runGateway(t *testing.T, cfg string) (*proc, string) {
+	t.Helper()
+	p := startProc(t, "run", "-config", cfg)
+	line := p.waitLine("edgegw running", 20*time.Second)
+	return p, line[strings.Index(line, "page=")+len("page="):]
+}
+
+// runFleet runs simulated loggers in the test process until the test ends.
+func runFleet(t *testing.T, cfg sim.Config) *sim.Fleet {
+	t.Helper()
+	fleet, err := sim.NewFleet(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fleet.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return fleet
+}
+
 // startDemo runs `edgegw demo` and returns its page URL.
 func startDemo(t *testing.T, args ...string) (*proc, string) {
 	t.Helper()
@@ -260,4 +284,57 @@ func TestDemoPageInChromium(t *testing.T) {
 		t.Fatalf("screenshot %s: %d bytes, %v", shot, len(b), err)
 	}
 	t.Logf("screenshot: %s", shot)
+}
+
+// Read access control from the config file: basic auth for the page and
+// API (hash made by `edgegw hash-password`), /metrics protected too,
+// /healthz open.
+func TestBasicAuthFromConfig(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "hash-password")
+	cmd.Stdin = strings.NewReader("s3cret\n")
+	hash, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashFile := filepath.Join(dir, "ui.hash")
+	if err := os.WriteFile(hashFile, hash, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "edgegw.toml")
+	body := fmt.Sprintf("[http]\nlisten = \"127.0.0.1:0\"\nbasic_auth_user = \"operator\"\nbasic_auth_hash_file = %q\nprotect_metrics = true\n"+
+		"[[device]]\nname = \"d\"\ntransport = \"tcp\"\naddress = \"127.0.0.1:1\"\ntags = [ { name = \"t\", address = 0 } ]\n", hashFile)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, page := runGateway(t, cfg)
+	get := func(path, user, pass string) int {
+		req, _ := http.NewRequest("GET", page+path, nil)
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		path, user, pass string
+		want             int
+	}{
+		{"api/shortPolling", "", "", 401},
+		{"api/shortPolling", "operator", "wrong", 401},
+		{"api/shortPolling", "operator", "s3cret", 200},
+		{"", "", "", 401},
+		{"metrics", "", "", 401},
+		{"metrics", "operator", "s3cret", 200},
+		{"healthz", "", "", 200},
+	} {
+		if got := get(c.path, c.user, c.pass); got != c.want {
+			t.Errorf("GET /%s as %q/%q: %d, want %d", c.path, c.user, c.pass, got, c.want)
+		}
+	}
+	gw.stop(10 * time.Second)
 }

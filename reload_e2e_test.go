@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -73,14 +72,7 @@ func collectWS(t *testing.T, page string) *wsCollector {
 // and the running one stays; a WebSocket client stays connected and sees
 // the sequence continue without a gap throughout.
 func TestReloadOnSIGHUP(t *testing.T) {
-	fleet, err := sim.NewFleet(sim.Config{Devices: 5, Transport: "udp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	fleetDone := make(chan error, 1)
-	go func() { fleetDone <- fleet.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-fleetDone })
+	fleet := runFleet(t, sim.Config{Devices: 5, Transport: "udp"})
 
 	config := func(devs ...int) string {
 		var b strings.Builder
@@ -102,9 +94,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		}
 	}
 	write(config(0, 1, 2, 3))
-	gw := startProc(t, "run", "-config", path)
-	line := gw.waitLine("edgegw running", 20*time.Second)
-	page := line[strings.Index(line, "page=")+len("page="):]
+	gw, page := runGateway(t, path)
 	ws := collectWS(t, page)
 	samplesOf := func(dev string) []ringstore.Sample {
 		all, _ := ws.all()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -115,14 +114,7 @@ type upstreamStatus struct {
 // broker that loses what it acknowledged is not the gateway's loss).
 func TestUpstreamOutageLosesNothing(t *testing.T) {
 	mosq := testenv.StartMosquittoPersistent(t)
-	fleet, err := sim.NewFleet(sim.Config{Devices: 48, Transport: "udp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	fleetDone := make(chan error, 1)
-	go func() { fleetDone <- fleet.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-fleetDone })
+	fleet := runFleet(t, sim.Config{Devices: 48, Transport: "udp"})
 
 	dir := t.TempDir()
 	recvAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
@@ -149,9 +141,8 @@ func TestUpstreamOutageLosesNothing(t *testing.T) {
 	}
 	var page string
 	startGateway := func() *proc {
-		p := startProc(t, "run", "-config", cfg)
-		line := p.waitLine("edgegw running", 20*time.Second)
-		page = line[strings.Index(line, "page=")+len("page="):]
+		p, u := runGateway(t, cfg)
+		page = u
 		return p
 	}
 	status := func() upstreamStatus {

@@ -34,6 +34,9 @@ type HTTP struct {
 	AllowedOrigins    []string      // empty = same origin only; each "http(s)://host[:port]"
 	WriteTokenFile    string        // "" = writes are off
 	ReadTokenFile     string        // "" = reads need no token
+	BasicAuthUser     string        // basic auth for the page and API reads (browsers); never for writes
+	BasicAuthHashFile string        // file holding the password hash from `edgegw hash-password`
+	ProtectMetrics    bool          // /metrics needs the read credentials too
 	TLSCertFile       string        // both or neither
 	TLSKeyFile        string
 }

@@ -20,6 +20,8 @@ import "time"
 //	[http] allowed_origins           [] (same origin only)        "http(s)://host[:port]"
 //	[http] write_token_file          "" (writes off)              path
 //	[http] read_token_file           "" (reads open)              path
+//	[http] basic_auth_user, basic_auth_hash_file  "" (off)        both or neither; hash from edgegw hash-password
+//	[http] protect_metrics           false                        /metrics needs read credentials
 //	[http] tls_cert_file, tls_key_file  "" (plain HTTP)           both or neither
 //	[ring] size                      200                          1..10000000
 //	[poll] tcp_mode                  "parallel"                   parallel | serial

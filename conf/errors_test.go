@@ -157,6 +157,8 @@ var errorCases = []struct {
 	{"bad udp listen", "[poll]\nudp_listen = \"::\" #!\n", []string{`poll.udp_listen "::": want host:port such as "127.0.0.1:8080" or ":8080"`}},
 	{"bad tcp mode", "[poll]\ntcp_mode = \"both\" #!\n", []string{`poll.tcp_mode "both": want parallel or serial`}},
 	{"tls cert without key", "[http]\ntls_cert_file = \"/c\" #!\n", []string{`http.tls_cert_file is set but http.tls_key_file is not: give both or neither`}},
+	{"basic auth user without hash", "[http]\nbasic_auth_user = \"op\" #!\n", []string{`http.basic_auth_user is set but http.basic_auth_hash_file is not: give both or neither`}},
+	{"protect_metrics not a bool", "[http]\nprotect_metrics = \"yes\" #!\n", []string{`http.protect_metrics: want a boolean, got a string ("yes")`}},
 	{"bad origin", "[http]\nallowed_origins = [\"scada.example\"] #!\n", []string{`http.allowed_origins "scada.example": want an origin such as "https://scada.example:8443"`}},
 	{"ring too big", "[ring]\nsize = 100000000 #!\n", []string{`ring.size 100000000 outside 1..10000000`}},
 	{"non-finite scale", dev + "tags = [ { name = \"t\", address = 0, scale = nan } ] #!\n", []string{`device "d": tag "t": scale: NaN is not a finite number`}},

@@ -97,6 +97,10 @@ func (d *decoder) http(t *table, h *HTTP) {
 	}
 	h.WriteTokenFile, _ = t.str("write_token_file")
 	h.ReadTokenFile, _ = t.str("read_token_file")
+	h.BasicAuthUser, _ = t.str("basic_auth_user")
+	h.BasicAuthHashFile, _ = t.str("basic_auth_hash_file")
+	bothOrNeither(t, "basic_auth_user", h.BasicAuthUser, "basic_auth_hash_file", h.BasicAuthHashFile)
+	h.ProtectMetrics = t.boolean("protect_metrics", false)
 	h.TLSCertFile, _ = t.str("tls_cert_file")
 	h.TLSKeyFile, _ = t.str("tls_key_file")
 	bothOrNeither(t, "tls_cert_file", h.TLSCertFile, "tls_key_file", h.TLSKeyFile)
