@@ -153,18 +153,7 @@ func longClient(ctx context.Context, run *stepRun, hc *http.Client, r *clientRes
 			r.errors++
 			continue
 		}
-		switch {
-		case !r.started:
-			r.begin(h.seq)
-		case h.reset:
-			r.jump(h.seq)
-		default:
-			rec := run.recording.Load()
-			if err := eachSample(rest, func(seq uint64, ts int64, size int) { r.observe(seq, ts, size, now, rec) }); err != nil {
-				r.errors++
-			}
-		}
-		r.lastAtom.Store(r.last)
+		r.take(h, rest, h.reset, now, run.recording.Load())
 		after = max(r.last, h.seq)
 	}
 }
@@ -228,17 +217,6 @@ func wsRead(ctx context.Context, run *stepRun, conn *websocket.Conn, r *clientRe
 			r.errors++
 			continue
 		}
-		switch {
-		case !r.started:
-			r.begin(h.seq)
-		case h.snapshot:
-			r.jump(h.seq)
-		default:
-			rec := run.recording.Load()
-			if err := eachSample(rest, func(seq uint64, ts int64, size int) { r.observe(seq, ts, size, now, rec) }); err != nil {
-				r.errors++
-			}
-		}
-		r.lastAtom.Store(r.last)
+		r.take(h, rest, h.snapshot, now, run.recording.Load())
 	}
 }

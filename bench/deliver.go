@@ -257,6 +257,27 @@ func (r *clientResult) skipTo(seq uint64) {
 	}
 }
 
+// observeAll counts every sample of a reply body (rest, after its head).
+func (r *clientResult) observeAll(rest []byte, now int64, record bool) {
+	if err := eachSample(rest, func(seq uint64, ts int64, size int) { r.observe(seq, ts, size, now, record) }); err != nil {
+		r.errors++
+	}
+}
+
+// take applies one reply of a stream: the first starts the count, a reset
+// (or snapshot) jumps the cursor, any other is observed sample by sample.
+func (r *clientResult) take(h head, rest []byte, reset bool, now int64, record bool) {
+	switch {
+	case !r.started:
+		r.begin(h.seq)
+	case reset:
+		r.jump(h.seq)
+	default:
+		r.observeAll(rest, now, record)
+	}
+	r.lastAtom.Store(r.last)
+}
+
 // jump is a reset: the gateway says the client's cursor fell out of its ring.
 func (r *clientResult) jump(seq uint64) {
 	r.skipTo(seq)

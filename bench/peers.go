@@ -329,10 +329,7 @@ func mqttStep(ctx context.Context, cfg DeliverConfig, bin string, n int) (StepRe
 			}
 			r.requests++
 			r.payload += uint64(len(b))
-			rec := run.recording.Load()
-			if err := eachSample(rest, func(seq uint64, ts int64, size int) { r.observe(seq, ts, size, now, rec) }); err != nil {
-				r.errors++
-			}
+			r.observeAll(rest, now, run.recording.Load())
 			r.lastAtom.Store(r.last)
 		}
 		tok := cl.Subscribe(mqttTopic, 0, handler)
