@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"edgegw/ringstore"
 )
@@ -179,4 +180,41 @@ func parseAck(data []byte) (uint64, error) {
 		return 0, &ProtocolError{"ack", fmt.Sprintf("type %q, last %v", f.Type, f.Last)}
 	}
 	return *f.Last, nil
+}
+
+// batcher cuts the samples after a path's cursor into batches: a full
+// batch (BatchMax) goes at once; a partial one lingers until its first
+// look is BatchWait old, so a live stream is sent in few frames. Both
+// senders (WebSocket and MQTT) use one; it belongs to its sender goroutine.
+type batcher struct {
+	max   int
+	wait  time.Duration
+	until time.Time // linger deadline of the partial batch; zero when none
+	buf   []ringstore.Sample
+}
+
+// next returns the batch to send now after the cursor, or nil (nothing
+// waiting, or a partial batch still lingering: see linger).
+func (b *batcher) next(q *ringstore.Queue, after uint64, now time.Time) []ringstore.Sample {
+	b.buf = q.PeekAfter(after, b.max, b.buf[:0])
+	if len(b.buf) == 0 {
+		return nil
+	}
+	if b.until.IsZero() && len(b.buf) < b.max {
+		b.until = now.Add(b.wait)
+	}
+	if len(b.buf) < b.max && now.Before(b.until) {
+		return nil
+	}
+	b.until = time.Time{}
+	return b.buf
+}
+
+// linger is how long the partial batch still waits (0 when it is due), or
+// -1 when none waits.
+func (b *batcher) linger() time.Duration {
+	if b.until.IsZero() {
+		return -1
+	}
+	return max(0, time.Until(b.until))
 }

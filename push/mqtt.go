@@ -132,8 +132,7 @@ func (p *Pusher) mqttSender(ctx context.Context, l *mqttLink) {
 	log := p.log.With("broker", m.Broker, "topic", topic)
 	after := p.q.Acked()
 	var inflight []pub
-	var buf []ringstore.Sample
-	var lingerUntil time.Time
+	bt := batcher{max: w.BatchMax, wait: w.BatchWait}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -160,24 +159,18 @@ func (p *Pusher) mqttSender(ctx context.Context, l *mqttLink) {
 		var wake <-chan struct{}
 		if up && len(inflight) < w.Window {
 			wake = p.q.Wait()
-			buf = p.q.PeekAfter(after, w.BatchMax, buf[:0])
-			if len(buf) > 0 {
-				now := time.Now()
-				if lingerUntil.IsZero() && len(buf) < w.BatchMax {
-					lingerUntil = now.Add(w.BatchWait)
-				}
-				if len(buf) >= w.BatchMax || !now.Before(lingerUntil) {
-					last := buf[len(buf)-1].Seq
-					tok := l.c.Publish(topic, m.QoS, false, appendBatch(nil, p.gwJSON, buf))
-					inflight = append(inflight, pub{tok: tok, last: last, n: len(buf), sent: now})
-					after, lingerUntil = last, time.Time{}
-					continue
-				}
+			now := time.Now()
+			if batch := bt.next(p.q, after, now); batch != nil {
+				last := batch[len(batch)-1].Seq
+				tok := l.c.Publish(topic, m.QoS, false, appendBatch(nil, p.gwJSON, batch))
+				inflight = append(inflight, pub{tok: tok, last: last, n: len(batch), sent: now})
+				after = last
+				continue
 			}
 		}
 		next := time.Hour
-		if !lingerUntil.IsZero() && wake != nil {
-			next = time.Until(lingerUntil)
+		if d := bt.linger(); d >= 0 && wake != nil {
+			next = d
 		}
 		var done <-chan struct{}
 		if len(inflight) > 0 {

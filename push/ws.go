@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"edgegw/ringstore"
-
 	"github.com/gorilla/websocket"
 )
 
@@ -278,9 +276,8 @@ func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLas
 	w := p.cfg.WS
 	after := p.q.Acked() // resend from the oldest unacknowledged sample
 	var inflight []flight
-	var buf []ringstore.Sample
 	var frame []byte
-	var lingerUntil time.Time
+	bt := batcher{max: w.BatchMax, wait: w.BatchWait}
 	ping := time.NewTicker(w.PingInterval)
 	defer ping.Stop()
 	timer := time.NewTimer(time.Hour)
@@ -295,33 +292,27 @@ func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLas
 		var wake <-chan struct{}
 		if len(inflight) < w.Window {
 			wake = p.q.Wait()
-			buf = p.q.PeekAfter(after, w.BatchMax, buf[:0])
-			if len(buf) > 0 {
-				now := time.Now()
-				if lingerUntil.IsZero() && len(buf) < w.BatchMax {
-					lingerUntil = now.Add(w.BatchWait)
+			now := time.Now()
+			if batch := bt.next(p.q, after, now); batch != nil {
+				last := batch[len(batch)-1].Seq
+				frame = appendBatch(frame[:0], p.gwJSON, batch)
+				sentLast.Store(last)
+				_ = conn.SetWriteDeadline(now.Add(wsWriteTimeout))
+				if err := conn.WriteMessage(websocket.TextMessage, frame); err != nil {
+					return fmt.Errorf("push: websocket: write batch %d-%d: %w", batch[0].Seq, last, err)
 				}
-				if len(buf) >= w.BatchMax || !now.Before(lingerUntil) {
-					last := buf[len(buf)-1].Seq
-					frame = appendBatch(frame[:0], p.gwJSON, buf)
-					sentLast.Store(last)
-					_ = conn.SetWriteDeadline(now.Add(wsWriteTimeout))
-					if err := conn.WriteMessage(websocket.TextMessage, frame); err != nil {
-						return fmt.Errorf("push: websocket: write batch %d-%d: %w", buf[0].Seq, last, err)
-					}
-					if p.mirror != nil {
-						p.mirror(frame)
-					}
-					inflight = append(inflight, flight{last: last, n: len(buf), sent: now})
-					after, lingerUntil = last, time.Time{}
-					continue
+				if p.mirror != nil {
+					p.mirror(frame)
 				}
+				inflight = append(inflight, flight{last: last, n: len(batch), sent: now})
+				after = last
+				continue
 			}
 		}
 		// Wait for: more samples, an ack, the linger or ack deadline, a ping.
 		next := time.Duration(-1)
-		if !lingerUntil.IsZero() && wake != nil {
-			next = time.Until(lingerUntil)
+		if d := bt.linger(); d >= 0 && wake != nil {
+			next = d
 		}
 		if len(inflight) > 0 {
 			d := time.Until(inflight[0].sent.Add(w.AckTimeout))
