@@ -199,7 +199,7 @@ func (s *Scheduler) Plan() map[string][]Read {
 	defer s.mu.RUnlock()
 	out := make(map[string][]Read, len(s.devices))
 	for _, d := range s.devices {
-		out[d.cfg.Name] = d.currentPlan()
+		out[d.cfg.Name] = append([]Read(nil), d.currentPlan()...) // the caller's own copy
 	}
 	return out
 }
