@@ -138,17 +138,8 @@ func getJSON(t *testing.T, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// waitFor polls cond until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval of a condition check
-	}
-}
+// waitFor is testenv.WaitFor: poll a condition with a deadline.
+var waitFor = testenv.WaitFor
 
 func TestVersion(t *testing.T) {
 	out, err := exec.Command(bin, "version").Output()

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"edgegw/internal/testenv"
 	"edgegw/ringstore"
 	"edgegw/sim"
 )
@@ -68,17 +69,8 @@ func runSched(t *testing.T, s *Scheduler) (stop func()) {
 	return stop
 }
 
-// waitFor polls cond every few milliseconds until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(2 * time.Millisecond) // poll interval of a condition check, not a synchronisation
-	}
-}
+// waitFor is testenv.WaitFor: poll a condition with a deadline.
+var waitFor = testenv.WaitFor
 
 func thTags() []Tag {
 	return []Tag{

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/ringstore"
 	"edgegw/stats"
 
@@ -179,16 +180,8 @@ func runPusher(t *testing.T, p *Pusher) (stop func()) {
 	return stop
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
-	}
-}
+// waitFor is testenv.WaitFor: poll a condition with a deadline.
+var waitFor = testenv.WaitFor
 
 func path(st *stats.Upstream) string { return st.Snapshot().Path }
 

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"edgegw/internal/testenv"
 )
 
 // mkBatch makes one poll of device d: n tags, consecutive seqs from first.
@@ -96,15 +98,10 @@ func runQ(t *testing.T, q *Queue) (stop func()) {
 	return stop
 }
 
+// waitFor is testenv.WaitFor with the queue tests' 10 s limit.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling a condition with a deadline
-	}
+	testenv.WaitFor(t, 10*time.Second, what, cond)
 }
 
 func TestQueueRecordRoundTrip(t *testing.T) {

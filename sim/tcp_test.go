@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/goburrow/modbus"
+
+	"edgegw/internal/testenv"
 )
 
 // startFleet runs a fleet until the test ends.
@@ -187,16 +189,10 @@ func countFDs(t testing.TB) int {
 	return len(ents)
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor is testenv.WaitFor with the sim tests' argument order.
 func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval of a condition with a deadline
-	}
+	testenv.WaitFor(t, d, what, cond)
 }
 
 // A restart is a real one: the listener and every connection close, the

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/ringstore"
 	"edgegw/stats"
 
@@ -135,17 +136,8 @@ func (ts *testServer) longPoll(t testing.TB, last uint64) longReply {
 	return r
 }
 
-// waitFor polls cond until it holds or d passes (a condition poll with a deadline).
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond) // poll interval of a condition check, not synchronisation
-	}
-}
+// waitFor is testenv.WaitFor: poll a condition with a deadline.
+var waitFor = testenv.WaitFor
 
 type wsFrame struct {
 	Type    string             `json:"type"`

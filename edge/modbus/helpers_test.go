@@ -7,7 +7,8 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"time"
+
+	"edgegw/internal/testenv"
 )
 
 // poller is the method set the edge scheduler relies on; every per-device
@@ -255,17 +256,8 @@ func serveMBAP(reply func(c net.Conn, req []byte) []byte) func(net.Conn) {
 	}
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(time.Millisecond) // poll interval of a condition with a deadline
-	}
-}
+// waitFor is testenv.WaitFor: poll a condition with a deadline.
+var waitFor = testenv.WaitFor
 
 func u16s(b []byte) []uint16 {
 	out := make([]uint16, len(b)/2)

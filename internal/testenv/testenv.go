@@ -241,3 +241,17 @@ func (m *Mosquitto) Stop() {
 		<-m.done
 	}
 }
+
+// WaitFor checks cond every 2 ms until it holds, and fails the test when
+// limit passes first. It is how tests wait for a condition: never a bare
+// sleep.
+func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(2 * time.Millisecond) // the poll interval of the condition check
+	}
+}
