@@ -1,3 +1,5 @@
+//go:build !nolab
+
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"edgegw/conf"
+	"edgegw/lab/mqttbroker"
 	"edgegw/push"
 	"edgegw/sim"
 	"edgegw/stats"
@@ -122,7 +125,7 @@ func startDemoUpstream(out string, log *slog.Logger) (demoUpstream, []piece, err
 	if err != nil {
 		return demoUpstream{}, nil, err
 	}
-	broker := push.NewBroker(push.BrokerConfig{Listen: "127.0.0.1:0", Logger: log.With("pkg", "broker")})
+	broker := mqttbroker.New(mqttbroker.Config{Listen: "127.0.0.1:0", Logger: log.With("pkg", "broker")})
 	baddr, err := broker.Listen()
 	if err != nil {
 		return demoUpstream{}, nil, err
