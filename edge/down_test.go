@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,4 +94,34 @@ func TestDownTransportRecoversWithoutRestart(t *testing.T) {
 	if us := dev("unresolvable").stats.Snapshot(); us.GoodPolls != 0 || !us.Down {
 		t.Errorf("unresolvable: %+v", us)
 	}
+}
+
+// The UDP socket's address is in use: the UDP devices are down with that
+// reason, the TCP device polls; once the address is free they recover.
+func TestDownUDPListenInUseRecovers(t *testing.T) {
+	blocker, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Close()
+	udp := startFleet(t, sim.Config{Devices: 1, Transport: "udp"})
+	tcp := startFleet(t, sim.Config{Devices: 1, Transport: "tcp"})
+	iv := 100 * time.Millisecond
+	u := devCfg("u", TransportUDP, udp.Addr(0), iv, 40*time.Millisecond, thTags())
+	c := devCfg("c", TransportTCP, tcp.Addr(0), iv, 40*time.Millisecond, thTags())
+	s, err := New(Config{Sink: newRing(t, 1000), Devices: []DeviceConfig{u, c}, UDPListen: blocker.LocalAddr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSched(t, s)
+	waitFor(t, 10*time.Second, "c polled, u down", func() bool {
+		return s.devices[1].stats.GoodPolls.Load() >= 5 && s.devices[0].stats.Down.Load()
+	})
+	if r := s.devices[0].stats.Reason(); !strings.Contains(r, "address already in use") {
+		t.Errorf("reason %q", r)
+	}
+	blocker.Close()
+	waitFor(t, 60*time.Second, "u recovered", func() bool {
+		return !s.devices[0].stats.Down.Load() && s.devices[0].stats.GoodPolls.Load() >= 3
+	})
 }
