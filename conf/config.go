@@ -14,6 +14,10 @@ type Config struct {
 	Devices  []Device  // in file order
 	Upstream Upstream
 	Buffer   Buffer
+
+	// AllowEmpty (top-level allow_empty): a reload may leave no device
+	// polling. Without it a reload to zero devices is refused.
+	AllowEmpty bool
 }
 
 // Gateway identifies this gateway.
@@ -211,7 +215,7 @@ type MQTT struct {
 	KeyFile       string
 	ServerName    string
 	PerTagTopics  bool // retained <prefix>/<device>/<tag>
-	WriteCommands bool // accept writes on <prefix>/<device>/<tag>/set
+	WriteCommands bool // accept writes on <prefix>/write/<device>/<tag>
 }
 
 // Fsync policies of the durable queue.

@@ -8,6 +8,7 @@ import "time"
 // and scale = 0 or interval = "0s" are errors).
 //
 //	key                              default                      valid
+//	allow_empty (top level)          false                        true: a reload may remove every device
 //	[gateway] id                     host name                    [A-Za-z0-9_.-]+
 //	[gateway] data_dir               "" (memory only)             path
 //	[http] listen                    "127.0.0.1:8080"             host:port

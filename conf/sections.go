@@ -14,6 +14,7 @@ import (
 func (d *decoder) config(raw map[string]any) *Config {
 	root := d.newTable("", "", raw, where{})
 	cfg := &Config{}
+	cfg.AllowEmpty = root.boolean("allow_empty", false)
 	d.gateway(root.sub("gateway"), &cfg.Gateway)
 	d.http(root.sub("http"), &cfg.HTTP)
 	d.ring(root.sub("ring"), &cfg.Ring)

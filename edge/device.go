@@ -267,6 +267,11 @@ func (d *device) poll(windowEnd time.Time, sink Sink) (answered, good bool) {
 		d.stats.GoodPolls.Add(1)
 		d.stats.LastGoodUS.Store(now.UnixMicro())
 	}
+	if good {
+		d.stats.SetReason("")
+	} else if firstErr != nil {
+		d.stats.SetReason(firstErr.Error())
+	}
 	d.logOutcome(good, firstErr)
 	return answered, good
 }
@@ -361,6 +366,17 @@ func (d *device) emit(now time.Time, sink Sink) {
 	if _, _, err := sink.Append(d.batch); err != nil {
 		d.log.Error("samples not stored", "err", err)
 	}
+}
+
+// markDown records that d's transport could not be opened: logged at the
+// first failure and when the reason changes, not at every retry.
+func (d *device) markDown(err error) {
+	reason := err.Error()
+	if !d.stats.Down.Load() || d.stats.Reason() != reason {
+		d.log.Warn("device transport cannot open: device down, retrying with backoff", "err", err)
+	}
+	d.stats.SetReason(reason)
+	d.stats.Down.Store(true)
 }
 
 // logOutcome logs the first failure after a good poll and the recovery, not
