@@ -52,7 +52,7 @@ func edgeTag(t conf.Tag) (edge.Tag, error) {
 		return edge.Tag{}, err
 	}
 	return edge.Tag{
-		Name: t.Name, Register: reg, Address: t.Address, Type: typ, Order: order, Bit: t.Bit,
+		Name: t.Name, Register: reg, Address: t.Address, Type: typ, Order: order, Bit: t.Bit, Length: t.Length,
 		Scale: t.Scale, Offset: t.Offset, Unit: t.Unit, Deadband: t.Deadband,
 		Writable: t.Writable, Min: t.Min, Max: t.Max,
 	}, nil

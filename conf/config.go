@@ -83,14 +83,17 @@ type Device struct {
 	Transport string // tcp | udp | rtu | rtuovertcp
 	// Address is host:port for tcp, udp and rtuovertcp (":502" is added when
 	// the port is missing) and a device path such as /dev/ttyS1 for rtu.
-	Address      string
-	Unit         uint8 // 0..247 (0 is refused on rtu: broadcast gets no reply)
-	Profile      string
-	Interval     time.Duration
-	Timeout      time.Duration // <= Interval
-	Retries      int           // >= 0, only while still inside the interval
-	MaxGap       int
-	MaxRegisters int
+	Address  string
+	Unit     uint8 // 0..247 (0 is refused on rtu: broadcast gets no reply)
+	Profile  string
+	Interval time.Duration
+	Timeout  time.Duration // <= Interval
+	// TimeoutDerived: the file sets no timeout, so it is interval/(retries+1)
+	// capped at the transport's default (defaults.go).
+	TimeoutDerived bool
+	Retries        int // >= 0, only while still inside the interval
+	MaxGap         int
+	MaxRegisters   int
 	// WriteTransport is how writes are sent: for udp devices "tcp" (default)
 	// or "udp"; for every other device it equals Transport.
 	WriteTransport string
@@ -133,9 +136,10 @@ type Tag struct {
 	Name     string
 	Register string // holding | input | coil | discrete
 	Address  uint16 // 0-based on the wire
-	Type     string // int16 uint16 int32 uint32 float32 int64 uint64 float64 bool
+	Type     string // int16 uint16 int32 uint32 float32 int64 uint64 float64 bool string
 	Order    string // ABCD CDAB BADC DCBA
 	Bit      int    // 0..15 for a bool taken from a holding/input register, else -1
+	Length   int    // registers of a string tag (1..125, two characters each), else 0
 	Scale    float64
 	Offset   float64 // value = raw*Scale + Offset
 	Unit     string
@@ -146,13 +150,16 @@ type Tag struct {
 	Line     int    // line of the tag entry
 }
 
-// Words is the number of 16-bit registers the tag occupies: 1, 2 or 4, and 1
-// for a bit of a register. It is 0 for coil and discrete tags, which live in
-// the separate bit address space (see Span).
+// Words is the number of 16-bit registers the tag occupies: 1, 2 or 4, 1
+// for a bit of a register, Length for a string. It is 0 for coil and
+// discrete tags, which live in the separate bit address space (see Span).
 func (t Tag) Words() int {
 	switch t.Register {
 	case RegisterCoil, RegisterDiscrete:
 		return 0
+	}
+	if t.Type == "string" {
+		return t.Length
 	}
 	return typeWords[t.Type]
 }
@@ -162,6 +169,9 @@ func (t Tag) Words() int {
 func (t Tag) Span() int {
 	if t.Register == RegisterCoil || t.Register == RegisterDiscrete {
 		return 1
+	}
+	if t.Type == "string" {
+		return t.Length
 	}
 	return typeWords[t.Type]
 }

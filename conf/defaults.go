@@ -34,8 +34,9 @@ import "time"
 //	[[device]] transport             (required)                   tcp | udp | rtu | rtuovertcp
 //	[[device]] address               (required); port 502 added   host[:port]; rtu: /dev/...
 //	[[device]] unit                  1                            0..247 (rtu: 1..247)
-//	[[device]] interval              "1s"                         > 0, >= timeout
-//	[[device]] timeout               udp "200ms", tcp/rtuovertcp "500ms", rtu "1s"   > 0
+//	[[device]] interval              "1s"                         > 0
+//	[[device]] timeout               interval/(retries+1), at most  > 0, <= interval
+//	                                 udp "200ms", tcp/rtuovertcp "500ms", rtu "1s"
 //	[[device]] retries               1                            >= 0
 //	[[device]] max_gap               [poll] max_gap               0..125
 //	[[device]] max_registers         [poll] max_registers         1..125
@@ -48,8 +49,9 @@ import "time"
 //	[device.serial] rs485_delay_rts_before_send, rs485_delay_rts_after_send  "0s"  >= 0
 //	tag register                     "holding"                    holding | input | coil | discrete
 //	tag address                      (required)                   0..65535 (+ words - 1)
-//	tag type                         "uint16"; coil/discrete "bool"  int16 uint16 int32 uint32 float32 int64 uint64 float64 bool
-//	tag order                        "ABCD"                       ABCD CDAB BADC DCBA (16-bit: ABCD BADC; bool: ABCD)
+//	tag type                         "uint16"; coil/discrete "bool"  int16 uint16 int32 uint32 float32 int64 uint64 float64 bool string
+//	tag length                       (required for string)        1..125 registers, two characters each
+//	tag order                        "ABCD"                       ABCD CDAB BADC DCBA (16-bit, string: ABCD BADC; bool: ABCD)
 //	tag bit                          none (-1)                    0..15, bool on holding/input only (and required there)
 //	tag scale                        1                            != 0, not on bool
 //	tag offset                       0                            not on bool
@@ -131,7 +133,14 @@ const (
 	DefaultFsyncInterval  = time.Second
 )
 
-// defaultTimeout is the device timeout default for a transport.
+// derivedTimeout is the timeout of a device that sets none: every attempt
+// (retries + 1) fits in one interval, and no attempt waits longer than the
+// transport's default. interval = "100ms" with retries = 1 gets 50ms.
+func derivedTimeout(transport string, interval time.Duration, retries int) time.Duration {
+	return max(min(defaultTimeout(transport), interval/time.Duration(retries+1)), time.Microsecond)
+}
+
+// defaultTimeout is the longest device timeout conf derives for a transport.
 func defaultTimeout(transport string) time.Duration {
 	switch transport {
 	case TransportUDP:
