@@ -9,6 +9,7 @@ import (
 
 	"edgegw/conf"
 	"edgegw/edge"
+	"edgegw/history"
 	"edgegw/push"
 	"edgegw/ringstore"
 	"edgegw/stats"
@@ -21,6 +22,7 @@ type gateway struct {
 	log   *slog.Logger
 	ring  *ringstore.Ring
 	sched *edge.Scheduler
+	hist  *history.Store
 	web   *web.Server
 	up    *stats.Upstream  // nil when no upstream is configured
 	queue *ringstore.Queue // nil when no upstream is configured
@@ -32,12 +34,18 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	ring := ringstore.NewRing(c.Ring.Size, seq)
-	sched, err := newScheduler(c, ring, log.With("pkg", "edge"))
+	size, window := ringSize(c)
+	ring := ringstore.NewRing(size, seq)
+	g := &gateway{cfg: c, log: log, ring: ring}
+	g.hist, err = history.Open(historyConfig(c, func() []stats.Entry { return g.sched.Devices() }, log.With("pkg", "history")))
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{cfg: c, log: log, ring: ring, sched: sched}
+	if g.sched, err = newScheduler(c, teeSink{ring, g.hist}, log.With("pkg", "edge")); err != nil {
+		g.hist.Close()
+		return nil, err
+	}
+	log.Info("ring sized", "samples", size, "resume_window", window.Round(time.Second))
 	writeToken, err := secret("http.write_token_file", c.HTTP.WriteTokenFile)
 	if err != nil {
 		return nil, err
@@ -56,8 +64,9 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		}
 		ring.OnAppend(g.queue.Append)
 		g.up = new(stats.Upstream)
-		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.up, edgeWriter{sched}, log.With("pkg", "push")); err != nil {
+		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
 			g.queue.Close()
+			g.hist.Close()
 			return nil, err
 		}
 	}
@@ -66,10 +75,11 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		MaxRequestBytes: c.HTTP.MaxRequestBytes, ReadHeaderTimeout: c.HTTP.ReadHeaderTimeout,
 		IdleTimeout: c.HTTP.IdleTimeout, WriteTimeout: c.HTTP.WriteTimeout, AllowedOrigins: c.HTTP.AllowedOrigins,
 		GatewayID: c.Gateway.ID, Version: version,
-		WriteToken: writeToken, Writer: edgeWriter{sched}, ReadToken: readToken,
+		WriteToken: writeToken, Writer: edgeWriter{g.sched}, ReadToken: readToken,
 		BasicAuthUser: c.HTTP.BasicAuthUser, BasicAuthHash: basicHash, ProtectMetrics: c.HTTP.ProtectMetrics,
 		TLSCertFile: c.HTTP.TLSCertFile, TLSKeyFile: c.HTTP.TLSKeyFile,
-		Ring: ring, Devices: sched, Upstream: g.up, Logger: log.With("pkg", "web"),
+		Ring: ring, Devices: g.sched, Upstream: g.up, Logger: log.With("pkg", "web"),
+		History: g.hist, RingInfo: web.RingInfo{Size: size, Window: window},
 	})
 	return g, nil
 }
@@ -173,5 +183,9 @@ func (g *gateway) pieces() []piece {
 			}},
 			piece{"push", g.push.Run})
 	}
+	ps = append(ps, piece{"history", func(ctx context.Context) error {
+		err := g.hist.Run(ctx) // writes the closed buckets still pending
+		return errors.Join(err, g.hist.Close())
+	}})
 	return append(ps, piece{"web", g.web.Serve}, piece{"edge", g.sched.Run})
 }

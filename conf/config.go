@@ -47,7 +47,7 @@ type HTTP struct {
 
 // Ring is the in-memory ring of recent samples.
 type Ring struct {
-	Size int // samples, 1..MaxRingSize
+	Size int // samples, 1..MaxRingSize; 0 = sized by main from the poll rate
 }
 
 // Poll holds the acquisition options shared by all devices.

@@ -24,7 +24,7 @@ import "time"
 //	[http] basic_auth_user, basic_auth_hash_file  "" (off)        both or neither; hash from edgegw hash-password
 //	[http] protect_metrics           false                        /metrics needs read credentials
 //	[http] tls_cert_file, tls_key_file  "" (plain HTTP)           both or neither
-//	[ring] size                      200                          1..10000000
+//	[ring] size                      0: 60 s of samples, ≤ 8 MiB  1..10000000
 //	[poll] tcp_mode                  "parallel"                   parallel | serial
 //	[poll] max_gap                   8 registers                  0..125
 //	[poll] max_registers             125                          1..125
@@ -85,7 +85,7 @@ const (
 	DefaultWriteTimeout      = 0 // derived by web
 	DefaultIdleTimeout       = 120 * time.Second
 
-	DefaultRingSize = 200
+	DefaultRingSize = 0 // sized by main from the poll rate: a resume window of 60 s, at most 8 MiB
 	MaxRingSize     = 10_000_000
 
 	DefaultTCPMode        = "parallel"

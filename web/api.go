@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"sort"
 	"time"
@@ -27,7 +28,8 @@ import (
 //	200 {"gateway":"gw-01","version":"1.2.0","seq":1042,"uptime_s":3600,
 //	     "upstream":{"path":"websocket","queue_samples":12,"queue_bytes":1340,"oldest_unack_us":1764450000000000,
 //	                 "oldest_unack_age_s":0.8,"dropped":0,"reconnects":1,"sent_ws":35000,"sent_mqtt":120},
-//	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":0,"rejected":0}}
+//	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":0,"rejected":0},
+//	     "ring":{"size":5760,"resume_window_s":60}}
 //	    upstream.path: off | websocket | mqtt | buffering | unauthorized ("off" when none configured).
 //
 //	GET /healthz
@@ -170,6 +172,13 @@ func (s *Server) upstream(now time.Time) upstreamJSON {
 	return out
 }
 
+// ringJSON: the ring's size and how far back (seconds, at the configured
+// poll rate) a client can resume without a reset.
+type ringJSON struct {
+	Size          int     `json:"size"`
+	ResumeWindowS float64 `json:"resume_window_s"`
+}
+
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	st := s.Stats()
@@ -187,6 +196,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		UptimeS  int64        `json:"uptime_s"`
 		Upstream upstreamJSON `json:"upstream"`
 		Clients  clients      `json:"clients"`
+		Ring     ringJSON     `json:"ring"`
 	}{
 		Gateway: s.cfg.GatewayID, Version: s.cfg.Version, Seq: s.cfg.Ring.Snapshot().Seq,
 		UptimeS: int64(now.Sub(s.started).Seconds()), Upstream: s.upstream(now),
@@ -194,6 +204,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 			Short: st.ShortPolling.Active, Long: st.LongPolling.Active, WS: st.WebSocket.Active,
 			WSDropped: st.WSDropped, Rejected: st.ShortPolling.Rejected + st.LongPolling.Rejected + st.WebSocket.Rejected,
 		},
+		Ring: ringJSON{Size: s.cfg.RingInfo.Size, ResumeWindowS: math.Round(s.cfg.RingInfo.Window.Seconds()*10) / 10},
 	})
 }
 

@@ -89,6 +89,8 @@ type Config struct {
 	Ring     Ring            // required
 	Devices  Devices         // nil: no devices
 	Upstream *stats.Upstream // nil: no upstream configured
+	History  History         // nil: /api/history answers 404 (history.go)
+	RingInfo RingInfo        // shown in /api/status
 
 	Logger *slog.Logger // nil: discard
 }
@@ -262,6 +264,8 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /api/ws", s.limit(classRead, s.readAuth(s.handleWS)))
 	mux.HandleFunc("GET /api/devices", s.limit(classRead, s.readAuth(s.handleDevices)))
 	mux.HandleFunc("GET /api/status", s.readAuth(s.handleStatus))
+	mux.HandleFunc("GET /api/history", s.limit(classRead, s.readAuth(s.handleHistory)))
+	mux.HandleFunc("GET /assets/{file}", s.readAuth(s.handleAsset))
 	mux.HandleFunc("POST /api/write", s.limit(classWrite, s.handleWrite))
 	mux.HandleFunc("OPTIONS /api/{path...}", s.handlePreflight)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
