@@ -189,6 +189,7 @@ var orders = map[string]bool{"ABCD": true, "CDAB": true, "BADC": true, "DCBA": t
 type Upstream struct {
 	WebSocket WebSocket
 	MQTT      MQTT
+	Sparkplug *Sparkplug // nil = no [upstream.sparkplug] (sparkplug.go)
 }
 
 // WebSocket is the primary upstream. URL "" = no WebSocket upstream.
