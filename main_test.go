@@ -57,6 +57,12 @@ type proc struct {
 // startProc runs edgegw with args until the test ends (SIGKILL at cleanup).
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startBin(t, bin, args...)
+}
+
+// startBin is startProc with another edgegw binary (a build to compare with).
+func startBin(t *testing.T, bin string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
