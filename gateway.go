@@ -78,7 +78,8 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		WriteToken: writeToken, Writer: edgeWriter{g.sched}, ReadToken: readToken,
 		BasicAuthUser: c.HTTP.BasicAuthUser, BasicAuthHash: basicHash, ProtectMetrics: c.HTTP.ProtectMetrics,
 		TLSCertFile: c.HTTP.TLSCertFile, TLSKeyFile: c.HTTP.TLSKeyFile,
-		Ring: ring, Devices: g.sched, Upstream: g.up, Logger: log.With("pkg", "web"),
+		RateLimit: web.RateLimits{ExemptLoopback: c.HTTP.ExemptLoopback},
+		Ring:      ring, Devices: g.sched, Upstream: g.up, Logger: log.With("pkg", "web"),
 		History: g.hist, RingInfo: web.RingInfo{Size: size, Window: window},
 	})
 	return g, nil

@@ -1,6 +1,6 @@
 module edgegw
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/BurntSushi/toml v1.6.0
@@ -12,6 +12,7 @@ require (
 	github.com/mochi-mqtt/server/v2 v2.7.9
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.11
+	golang.org/x/time v0.16.0
 )
 
 require (

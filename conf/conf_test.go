@@ -147,7 +147,8 @@ tags = [ { name = "c", register = "coil", address = 0 } ]
 		File:    "min.toml",
 		Gateway: Gateway{ID: host},
 		HTTP: HTTP{Listen: DefaultHTTPListen, LongPollTimeout: 30 * time.Second, MaxClients: 5000, MaxRequestBytes: 64 << 10,
-			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second},
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+			HealthzUpstreamMaxDown: 10 * time.Minute},
 		Ring: Ring{Size: 0}, // main sizes it from the poll rate
 		Poll: Poll{TCPMode: "parallel", MaxGap: 8, MaxRegisters: 125, MaxBits: 2000, UDPListen: ":0", UDPBufferBytes: 4 << 20},
 		Devices: []Device{

@@ -43,6 +43,12 @@ type HTTP struct {
 	ProtectMetrics    bool          // /metrics needs the read credentials too
 	TLSCertFile       string        // both or neither
 	TLSKeyFile        string
+	// ExemptLoopback: clients on 127.0.0.0/8 and ::1 are not rate-limited
+	// (a local reverse proxy that does its own limiting). Default false.
+	ExemptLoopback bool
+	// HealthzUpstreamMaxDown: /healthz is 503 once no upstream path has
+	// carried batches for longer than this (10m); 0 = upstream not checked.
+	HealthzUpstreamMaxDown time.Duration
 }
 
 // Ring is the in-memory ring of recent samples.

@@ -24,6 +24,8 @@ import "time"
 //	[http] basic_auth_user, basic_auth_hash_file  "" (off)        both or neither; hash from edgegw hash-password
 //	[http] protect_metrics           false                        /metrics needs read credentials
 //	[http] tls_cert_file, tls_key_file  "" (plain HTTP)           both or neither
+//	[http] exempt_loopback           false (loopback limited)     true: no rate limit for 127.0.0.0/8, ::1
+//	[http] healthz_upstream_max_down "10m"                        >= 0 (0: /healthz ignores the upstream)
 //	[ring] size                      0: 60 s of samples, ≤ 8 MiB  1..10000000
 //	[poll] tcp_mode                  "parallel"                   parallel | serial
 //	[poll] max_gap                   8 registers                  0..125
@@ -132,6 +134,9 @@ const (
 	DefaultFsync          = FsyncBatched
 	DefaultFsyncInterval  = time.Second
 )
+
+// DefaultHealthzUpstreamMaxDown is [http] healthz_upstream_max_down.
+const DefaultHealthzUpstreamMaxDown = 10 * time.Minute
 
 // derivedTimeout is the timeout of a device that sets none: every attempt
 // (retries + 1) fits in one interval, and no attempt waits longer than the

@@ -106,6 +106,8 @@ func (d *decoder) http(t *table, h *HTTP) {
 	h.TLSCertFile, _ = t.str("tls_cert_file")
 	h.TLSKeyFile, _ = t.str("tls_key_file")
 	bothOrNeither(t, "tls_cert_file", h.TLSCertFile, "tls_key_file", h.TLSKeyFile)
+	h.ExemptLoopback = t.boolean("exempt_loopback", false)
+	h.HealthzUpstreamMaxDown = t.positive("healthz_upstream_max_down", DefaultHealthzUpstreamMaxDown, true)
 	t.done()
 }
 
