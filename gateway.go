@@ -25,6 +25,7 @@ type gateway struct {
 	up    *stats.Upstream  // nil when no upstream is configured
 	queue *ringstore.Queue // nil when no upstream is configured
 	push  *push.Pusher     // nil when no upstream is configured
+	spb   *sparkplugParts  // nil without [upstream.sparkplug] (sparkplug_wire.go)
 }
 
 func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
@@ -60,6 +61,12 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 			g.queue.Close()
 			return nil, err
 		}
+	}
+	if err := g.addSparkplug(c, edgeWriter{sched}, log.With("pkg", "sparkplug")); err != nil {
+		if g.queue != nil {
+			g.queue.Close()
+		}
+		return nil, err
 	}
 	g.web = web.New(web.Config{
 		Listen: c.HTTP.Listen, LongPollTimeout: c.HTTP.LongPollTimeout, MaxClients: c.HTTP.MaxClients,
@@ -172,6 +179,13 @@ func (g *gateway) pieces() []piece {
 				return errors.Join(err, g.queue.Close()) // writes what is still waiting
 			}},
 			piece{"push", g.push.Run})
+	}
+	if g.spb != nil {
+		ps = append(ps,
+			piece{"sparkplug queue", func(ctx context.Context) error {
+				return errors.Join(g.spb.queue.Run(ctx), g.spb.queue.Close())
+			}},
+			piece{"sparkplug", g.spb.node.Run})
 	}
 	return append(ps, piece{"web", g.web.Serve}, piece{"edge", g.sched.Run})
 }
