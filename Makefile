@@ -20,7 +20,7 @@ STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) 
 # the 2 cores made them depend on each other's load. Costs ~80 s.
 TESTFLAGS ?= -race -p 1 -timeout 15m
 
-.PHONY: help build test gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 bench bench-go benchcmp fuzz fuzz-brief clean
+.PHONY: help build test gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 bench bench-go benchcmp fuzz fuzz-brief npm-deps clean
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -83,6 +83,9 @@ fuzz: ## run every Go fuzz target for FUZZTIME (default 30s) each
 # busy makes go test fail with "context deadline exceeded" now and then.
 fuzz-brief: ## every fuzz target for 2000 inputs (part of make test)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=2000x
+
+npm-deps: ## npm test peers (Eclipse Tahu's sparkplug-payload, mqtt) into test/sparkplug/node_modules, from the committed lock file
+	cd test/sparkplug && npm ci --no-audit --no-fund
 
 clean:
 	rm -rf edgegw dist

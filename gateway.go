@@ -27,6 +27,7 @@ type gateway struct {
 	up    *stats.Upstream  // nil when no upstream is configured
 	queue *ringstore.Queue // nil when no upstream is configured
 	push  *push.Pusher     // nil when no upstream is configured
+	spb   *sparkplugParts  // nil without [upstream.sparkplug] (sparkplug_wire.go)
 }
 
 func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
@@ -69,6 +70,13 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 			g.hist.Close()
 			return nil, err
 		}
+	}
+	if err := g.addSparkplug(c, edgeWriter{g.sched}, log.With("pkg", "sparkplug")); err != nil {
+		if g.queue != nil {
+			g.queue.Close()
+		}
+		g.hist.Close()
+		return nil, err
 	}
 	g.web = web.New(web.Config{
 		Listen: c.HTTP.Listen, LongPollTimeout: c.HTTP.LongPollTimeout, MaxClients: c.HTTP.MaxClients,
@@ -188,5 +196,12 @@ func (g *gateway) pieces() []piece {
 		err := g.hist.Run(ctx) // writes the closed buckets still pending
 		return errors.Join(err, g.hist.Close())
 	}})
+	if g.spb != nil {
+		ps = append(ps,
+			piece{"sparkplug queue", func(ctx context.Context) error {
+				return errors.Join(g.spb.queue.Run(ctx), g.spb.queue.Close())
+			}},
+			piece{"sparkplug", g.spb.node.Run})
+	}
 	return append(ps, piece{"web", g.web.Serve}, piece{"edge", g.sched.Run})
 }
