@@ -18,7 +18,9 @@ import (
 const usage = `usage:
   edgegw bench acquire [flags]   poll simulated loggers: tcp-serial, tcp-parallel, udp (+ telegraf)
   edgegw bench deliver [flags]   serve clients: short polling, long polling, websocket (+ mosquitto)
-Run "edgegw bench acquire -h" or "edgegw bench deliver -h" for the flags.
+  edgegw bench soak [flags]      the real gateway for -duration (30m) under field events: restarts,
+                                 reloads, uplink cuts, a slow WebSocket client, request floods
+Run "edgegw bench acquire -h" (deliver, soak) for the flags.
 `
 
 // Main runs `edgegw bench ARGS…` (args after "bench"): it parses flags,
@@ -34,6 +36,8 @@ func Main(args []string, stdout io.Writer) error {
 		return mainAcquire(args[1:], stdout)
 	case "deliver":
 		return mainDeliver(args[1:], stdout)
+	case "soak":
+		return mainSoak(args[1:], stdout)
 	case "child":
 		if len(args) < 2 {
 			return errors.New("bench: child: missing role")
@@ -43,7 +47,7 @@ func Main(args []string, stdout io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return fmt.Errorf("bench: unknown bench %q (acquire or deliver)", args[0])
+	return fmt.Errorf("bench: unknown bench %q (acquire, deliver or soak)", args[0])
 }
 
 // RunChild runs one child role of the stand on the given pipes.
@@ -155,6 +159,43 @@ func mainDeliver(args []string, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := RunDeliver(ctx, c)
+	if rep == nil {
+		return err
+	}
+	rep.WriteText(stdout)
+	return errors.Join(err, writeOutputs(out, rep, rep.WriteMarkdown, rep.WriteSVGs))
+}
+
+func mainSoak(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench soak", flag.ContinueOnError)
+	var c SoakConfig
+	fs.DurationVar(&c.Duration, "duration", 30*time.Minute, "how long the events run (30 min at 100 ms = 5 h of field time at 1 s)")
+	fs.IntVar(&c.Devices, "devices", 48, "simulated loggers")
+	fs.DurationVar(&c.Interval, "interval", 100*time.Millisecond, "poll interval of every logger")
+	fs.DurationVar(&c.Timeout, "timeout", 0, "request timeout (default 2/5 of the interval)")
+	fs.Float64Var(&c.Loss, "loss", 0.01, "probability a request is dropped, and (separately) a reply")
+	fs.StringVar(&c.Transport, "transport", "udp", "udp, or mixed (every other logger over TCP)")
+	fs.Int64Var(&c.Seed, "seed", 1, "seed of the loggers' model and faults")
+	fs.DurationVar(&c.RestartEvery, "restart-every", 10*time.Second, "restart one logger (of a quarter of them, round robin) this often")
+	fs.DurationVar(&c.ReloadEvery, "reload-every", 30*time.Second, "rewrite the config (one device in, one out) and SIGHUP this often")
+	fs.DurationVar(&c.UplinkEvery, "uplink-every", 60*time.Second, "cut the uplink (stop the receiver) this often")
+	fs.DurationVar(&c.UplinkDown, "uplink-down", 10*time.Second, "for this long")
+	fs.DurationVar(&c.FloodEvery, "flood-every", 60*time.Second, "a request flood this often")
+	fs.DurationVar(&c.FloodFor, "flood-for", 3*time.Second, "for this long")
+	fs.IntVar(&c.FloodClients, "flood-clients", 20, "concurrent flood clients")
+	fs.StringVar(&c.Flood, "flood", FloodWrongPassword, "flood requests: wrong-password (Basic auth), plain (no credentials) or off")
+	fs.BoolVar(&c.Unopenable, "unopenable", true, "every other reload also adds a device that cannot open (RTU at a missing port, UDP at a .invalid name)")
+	fs.DurationVar(&c.Warmup, "warmup", 0, "resources before this are not compared (default the longest event period, at least duration/10)")
+	fs.StringVar(&c.Gateway, "gateway", "", "the edgegw binary to run (default: this one)")
+	fs.StringVar(&c.Dir, "dir", "", "keep the work directory here (config, gateway.log, received.jsonl); default: a temporary one, removed")
+	out := outputFlags(fs, true)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c.Logger = out.logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := RunSoak(ctx, c)
 	if rep == nil {
 		return err
 	}
