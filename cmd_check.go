@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"log/slog"
 
@@ -48,6 +49,14 @@ func cmdCheck(args []string, out io.Writer) error {
 		for _, r := range plan[d.Name] {
 			fmt.Fprintf(out, "  %-24s %s\n", d.Name, r)
 		}
+	}
+	fmt.Fprintln(out, "\nbuses (each one goroutine doing its requests one at a time; #n: the n-th connection to an endpoint):")
+	for _, b := range sched.Buses() {
+		pause := ""
+		if b.Pause > 0 {
+			pause = fmt.Sprintf(" (pause %v)", b.Pause)
+		}
+		fmt.Fprintf(out, "  %-32s %s%s\n", b.Name, strings.Join(b.Devices, ", "), pause)
 	}
 	fmt.Fprintf(out, "\n%s: ok (%d devices)\n", *path, len(c.Devices))
 	return nil

@@ -234,3 +234,31 @@ func TestFaultCheckAndRunAgreeOnMissingFile(t *testing.T) {
 		t.Errorf("gateway exited %d", code)
 	}
 }
+
+// `check` prints the buses: units at one address share one, with the
+// endpoint's pause; max_connections deals them over several.
+func TestCheckPrintsBuses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edgegw.toml")
+	var b strings.Builder
+	b.WriteString("[[endpoint]]\naddress = \"127.0.0.1:5020\"\npause = \"20ms\"\n[[endpoint]]\naddress = \"127.0.0.1:5021\"\nmax_connections = 2\n")
+	for i, a := range []string{"5020", "5020", "5020", "5021", "5021", "5022"} {
+		fmt.Fprintf(&b, "[[device]]\nname = \"u%d\"\ntransport = \"tcp\"\naddress = \"127.0.0.1:%s\"\nunit = %d\ntags = [ { name = \"t\", address = 0 } ]\n", i, a, i+1)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "check", "-config", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"tcp 127.0.0.1:5020 #0            u0, u1, u2 (pause 20ms)",
+		"tcp 127.0.0.1:5021 #0            u3\n",
+		"tcp 127.0.0.1:5021 #1            u4\n",
+		"tcp 127.0.0.1:5022 #0            u5\n",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+}

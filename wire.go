@@ -34,6 +34,10 @@ func edgeConfig(c *conf.Config) (edge.Config, error) {
 					DelayRtsBeforeSend: d.Serial.RS485DelayRTSBeforeSend, DelayRtsAfterSend: d.Serial.RS485DelayRTSAfterSend},
 			},
 		}
+		if d.Transport != conf.TransportUDP { // a UDP device has no connection to share
+			ep := c.EndpointOf(d.Address)
+			dc.MaxConnections, dc.Pause = ep.MaxConnections, ep.Pause
+		}
 		for _, t := range d.Tags {
 			et, err := edgeTag(t)
 			if err != nil {

@@ -18,6 +18,7 @@ type Config struct {
 	// AllowEmpty (top-level allow_empty): a reload may leave no device
 	// polling. Without it a reload to zero devices is refused.
 	AllowEmpty bool
+	Endpoints  []Endpoint // [[endpoint]] tables, in file order
 }
 
 // Gateway identifies this gateway.

@@ -33,6 +33,9 @@ import "time"
 //	[poll] max_bits                  2000                         1..2000
 //	[poll] udp_listen                ":0" (any address, ephemeral port)  host:port
 //	[poll] udp_buffer_bytes          "4MiB"                       > 0
+//	[[endpoint]] address             (required)                   host[:port] or serial path of some device
+//	[[endpoint]] max_connections     1                            1..16 (serial line: 1)
+//	[[endpoint]] pause               "0s"                         >= 0
 //	[[device]] transport             (required)                   tcp | udp | rtu | rtuovertcp
 //	[[device]] address               (required); port 502 added   host[:port]; rtu: /dev/...
 //	[[device]] unit                  1                            0..247 (rtu: 1..247)

@@ -27,6 +27,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	up.done()
 	cfg.Profiles = d.profiles(root.tables("profile"))
 	cfg.Devices = d.devices(root.tables("device"), cfg.Profiles, cfg.Poll)
+	cfg.Endpoints = d.endpoints(root.tables("endpoint"), cfg.Devices)
 	root.done()
 	return cfg
 }

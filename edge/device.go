@@ -41,6 +41,8 @@ type device struct {
 	stats  stats.Device
 	conn   Conn
 	offset time.Duration // stagger inside the interval
+	slot   connSlot      // the connection it goes over (set while its bus is stopped)
+	port   string        // key of the port it is attached to ("" when not); under runState.mu
 
 	planMu  sync.Mutex // guards reads, maxRegs, maxBits, maxGap (Plan may be called from anywhere)
 	reads   []Read
@@ -58,6 +60,13 @@ type device struct {
 	last      []ringstore.Sample // last appended sample per tag, for deadband
 	batch     []ringstore.Sample
 	loggedErr bool // an error was logged since the last good poll
+}
+
+// connSlot is the connection a device is assigned to: the key of a shared
+// port in runState.ports, or alone (a TCP device with a connection of its own).
+type connSlot struct {
+	key   string
+	alone bool
 }
 
 func newDevice(dc DeviceConfig, log *slog.Logger) (*device, error) {

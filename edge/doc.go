@@ -12,9 +12,11 @@
 // It never serves clients, never talks upstream and never encodes JSON:
 // samples leave through the Sink interface only.
 //
-// Concurrency: one goroutine owns each bus — a TCP connection (parallel mode),
-// every TCP device (serial mode), one UDP device's request stream, or a serial
-// port with all its units — and does every request on it, writes included
+// Concurrency: one goroutine owns each bus — a connection to a TCP or
+// RTU-over-TCP endpoint with every device (unit) dealt to it (parallel mode;
+// an endpoint has MaxConnections of them), every TCP device (serial mode),
+// one UDP device's request stream, or a serial port with all its units —
+// and does every request on it, with the endpoint's pause between them, writes included
 // (Write queues them to the bus goroutine, which does them between polls and
 // owns the lazy TCP connections UDP devices write over); polls on one bus
 // never overlap and never stack. Run owns those goroutines and returns after

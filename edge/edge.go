@@ -69,6 +69,15 @@ type DeviceConfig struct {
 	// WriteTransport: a udp device writes over tcp to the same host:port
 	// unless this is "udp" (write.go); ignored for other transports.
 	WriteTransport string
+	// MaxConnections (tcp, rtuovertcp): connections to this device's
+	// endpoint (host:port), each with its own bus goroutine; the endpoint's
+	// devices are dealt over them in order. 0 or 1: one connection and one
+	// bus for all. Every device of an endpoint gives the same value.
+	MaxConnections int
+	// Pause (tcp, rtuovertcp, rtu): silence between the end of one request
+	// and the start of the next on this device's connection or serial line,
+	// for slow converters. Every device of an endpoint gives the same value.
+	Pause time.Duration
 }
 
 // Scheduler polls every configured device.
@@ -106,8 +115,15 @@ func New(cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkEndpoints(devs); err != nil {
+		return nil, err
+	}
 	s.devices = devs
-	s.buses = s.groupBuses(devs)
+	var slots map[*device]connSlot
+	s.buses, slots = s.groupBuses(devs)
+	for d, sl := range slots {
+		d.slot = sl
+	}
 	s.initWrites()
 	return s, nil
 }
@@ -151,21 +167,45 @@ func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]
 	return devs, nil
 }
 
-// groupBuses assigns devices to the goroutines that will own their bus.
-func (s *Scheduler) groupBuses(devs []*device) []*bus {
+// endpointKey names the endpoint a device shares with others ("" for a
+// UDP device, which has a request stream of its own).
+func endpointKey(dc DeviceConfig) string {
+	switch dc.Transport {
+	case TransportTCP, TransportRTUOverTCP, TransportRTU:
+		return dc.Transport + " " + dc.Address
+	}
+	return ""
+}
+
+// groupBuses assigns devices to the goroutines that will own their bus
+// and each device to its connection (returned, not stored: a device of a
+// running bus must not be written). The devices of one TCP or RTU-over-TCP
+// endpoint are dealt over its MaxConnections connections in order, each
+// connection a bus (in TCPSerial mode every TCP connection is on one
+// bus); a serial port is one bus; a UDP device is a bus of its own.
+func (s *Scheduler) groupBuses(devs []*device) ([]*bus, map[*device]connSlot) {
 	var buses []*bus
 	byKey := map[string]*bus{}
+	slots := make(map[*device]connSlot, len(devs))
+	seen := map[string]int{} // endpoint → devices dealt so far
+	perConn := map[string]int{}
 	for _, d := range devs {
+		ep := endpointKey(d.cfg)
 		var key string
 		switch d.cfg.Transport {
-		case TransportTCP:
-			if s.cfg.TCPMode == TCPSerial {
+		case TransportTCP, TransportRTUOverTCP:
+			n := max(1, d.cfg.MaxConnections)
+			conn := fmt.Sprintf("%s #%d", ep, seen[ep]%n)
+			seen[ep]++
+			slots[d] = connSlot{key: conn}
+			perConn[conn]++
+			key = conn
+			if d.cfg.Transport == TransportTCP && s.cfg.TCPMode == TCPSerial {
 				key = "tcp-serial"
 			}
 		case TransportRTU:
-			key = "rtu " + d.cfg.Address
-		case TransportRTUOverTCP:
-			key = "rtuovertcp " + d.cfg.Address
+			key = ep
+			slots[d] = connSlot{key: portKey(d.cfg)}
 		}
 		if key == "" { // a bus of its own
 			buses = append(buses, &bus{name: d.cfg.Name, devices: []*device{d}})
@@ -179,7 +219,59 @@ func (s *Scheduler) groupBuses(devs []*device) []*bus {
 		}
 		b.devices = append(b.devices, d)
 	}
-	return buses
+	for d, sl := range slots { // a TCP device alone on its connection keeps a connection of its own
+		if d.cfg.Transport == TransportTCP && perConn[sl.key] == 1 {
+			slots[d] = connSlot{key: sl.key, alone: true}
+		}
+	}
+	return buses, slots
+}
+
+// checkEndpoints refuses devices of one endpoint that disagree on its
+// settings, and more than one connection to a serial line.
+func checkEndpoints(devs []*device) error {
+	first := map[string]*device{}
+	for _, d := range devs {
+		ep := endpointKey(d.cfg)
+		if ep == "" {
+			continue
+		}
+		if d.cfg.Transport == TransportRTU && d.cfg.MaxConnections > 1 {
+			return fmt.Errorf("edge: device %q: a serial line has one connection (max_connections %d)", d.cfg.Name, d.cfg.MaxConnections)
+		}
+		f := first[ep]
+		if f == nil {
+			first[ep] = d
+			continue
+		}
+		if max(1, f.cfg.MaxConnections) != max(1, d.cfg.MaxConnections) || f.cfg.Pause != d.cfg.Pause {
+			return fmt.Errorf("edge: devices %q and %q share %s but not its max_connections and pause", f.cfg.Name, d.cfg.Name, d.cfg.Address)
+		}
+	}
+	return nil
+}
+
+// BusInfo describes one bus goroutine for display (edgegw check).
+type BusInfo struct {
+	Name    string
+	Devices []string
+	Pause   time.Duration
+}
+
+// Buses lists the bus goroutines Run starts, in start order.
+func (s *Scheduler) Buses() []BusInfo {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]BusInfo, 0, len(s.buses))
+	for _, b := range s.buses {
+		bi := BusInfo{Name: b.name}
+		for _, d := range b.devices {
+			bi.Devices = append(bi.Devices, d.cfg.Name)
+			bi.Pause = max(bi.Pause, d.cfg.Pause)
+		}
+		out = append(out, bi)
+	}
+	return out
 }
 
 // Devices returns every device's identity and live statistics.

@@ -57,6 +57,9 @@ func (rs *runState) apply(dcs []DeviceConfig) (ReloadResult, error) {
 	if err != nil {
 		return ReloadResult{}, err
 	}
+	if err := checkEndpoints(devs); err != nil {
+		return ReloadResult{}, err
+	}
 	var res ReloadResult
 	inNew := make(map[*device]bool, len(devs))
 	for _, d := range devs {
@@ -76,7 +79,7 @@ func (rs *runState) apply(dcs []DeviceConfig) (ReloadResult, error) {
 		}
 	}
 	// A new bus whose devices are exactly those of a running bus is that bus.
-	buses := s.groupBuses(devs)
+	buses, slots := s.groupBuses(devs)
 	same := func(a, b *bus) bool { return slices.Equal(a.devices, b.devices) }
 	kept := map[*bus]bool{}
 	for i, nb := range buses {
@@ -104,12 +107,19 @@ func (rs *runState) apply(dcs []DeviceConfig) (ReloadResult, error) {
 	// Open the transports of the buses about to start (a running bus
 	// retries its own down devices). One that does not open leaves its
 	// device down, retried by its bus: the rest of the set runs.
+	// A kept device on a restarted bus whose connection changed (another
+	// device joined its endpoint, max_connections changed) moves to its new
+	// one.
 	var added []*device
 	for _, b := range buses {
 		if kept[b] {
 			continue
 		}
 		for _, d := range b.devices {
+			d.slot = slots[d]
+			if d.conn != nil && d.port != slotPort(d) {
+				rs.detach(d)
+			}
 			if d.conn == nil {
 				added = append(added, d)
 			}

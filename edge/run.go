@@ -27,9 +27,28 @@ type runState struct {
 	failed map[string]*openFailure // open key → when it may be tried again
 }
 
+// portRef is a connection shared by the devices of one bus: a serial
+// line or RTU-over-TCP stream (rtu), or a Modbus TCP stream (tcp), with
+// the pacer of its pause.
 type portRef struct {
-	port *modbus.RTUPort
+	rtu  *modbus.RTUPort
+	tcp  *modbus.TCPPort
+	pace *pacer
 	refs int
+}
+
+func (p *portRef) close() error {
+	if p.rtu != nil {
+		return p.rtu.Close()
+	}
+	return p.tcp.Close()
+}
+
+func newPacer(pause time.Duration) *pacer {
+	if pause <= 0 {
+		return nil
+	}
+	return &pacer{pause: pause}
 }
 
 type busRunner struct {
@@ -166,9 +185,16 @@ func (rs *runState) attach(d *device, force bool) (tried bool, err error) {
 func (rs *runState) open(d *device) error {
 	s := rs.s
 	switch d.cfg.Transport {
-	case TransportTCP:
-		d.conn = modbus.NewTCP(modbus.TCPConfig{Address: d.cfg.Address, Unit: d.cfg.Unit, Timeout: d.cfg.Timeout, Logger: d.log})
-	case TransportUDP:
+	case TransportTCP, TransportRTU, TransportRTUOverTCP:
+		if d.slot.key == "" {
+			return fmt.Errorf("edge: device %q: no connection assigned", d.cfg.Name)
+		}
+	}
+	switch {
+	case d.cfg.Transport == TransportTCP && d.slot.alone:
+		c := modbus.NewTCP(modbus.TCPConfig{Address: d.cfg.Address, Unit: d.cfg.Unit, Timeout: d.cfg.Timeout, Logger: d.log})
+		d.conn, d.port = paced(c, newPacer(d.cfg.Pause)), "alone "+d.slot.key
+	case d.cfg.Transport == TransportUDP:
 		if rs.udp == nil {
 			sock, err := modbus.NewUDPSocket(modbus.UDPConfig{Listen: s.cfg.UDPListen, BufferBytes: s.cfg.UDPBufferBytes, Logger: s.log})
 			if err != nil {
@@ -188,26 +214,34 @@ func (rs *runState) open(d *device) error {
 			return fmt.Errorf("edge: device %q: %w", d.cfg.Name, err)
 		}
 		d.conn = c
-	case TransportRTU, TransportRTUOverTCP:
-		key := portKey(d.cfg)
+	case d.cfg.Transport == TransportTCP || d.cfg.Transport == TransportRTU || d.cfg.Transport == TransportRTUOverTCP:
+		key := d.slot.key
 		p := rs.ports[key]
 		if p == nil {
-			p = &portRef{}
-			if d.cfg.Transport == TransportRTU {
+			p = &portRef{pace: newPacer(d.cfg.Pause)}
+			switch d.cfg.Transport {
+			case TransportRTU:
 				sc := d.cfg.Serial
 				sc.Path = d.cfg.Address
 				sc.Logger = s.log.With("port", d.cfg.Address)
 				var err error
-				if p.port, err = modbus.OpenRTU(sc); err != nil {
+				if p.rtu, err = modbus.OpenRTU(sc); err != nil {
 					return fmt.Errorf("edge: device %q: %w", d.cfg.Name, err)
 				}
-			} else {
-				p.port = modbus.NewRTUOverTCP(modbus.TCPConfig{Address: d.cfg.Address, Timeout: d.cfg.Timeout, Logger: s.log.With("bus", d.cfg.Address)})
+			case TransportRTUOverTCP:
+				p.rtu = modbus.NewRTUOverTCP(modbus.TCPConfig{Address: d.cfg.Address, Timeout: d.cfg.Timeout, Logger: s.log.With("bus", key)})
+			default:
+				p.tcp = modbus.NewTCPPort(modbus.TCPConfig{Address: d.cfg.Address, Timeout: d.cfg.Timeout, Logger: s.log.With("bus", key)})
 			}
 			rs.ports[key] = p
 		}
 		p.refs++
-		d.conn = p.port.Unit(d.cfg.Unit, d.cfg.Timeout)
+		if p.rtu != nil {
+			d.conn = paced(p.rtu.Unit(d.cfg.Unit, d.cfg.Timeout), p.pace)
+		} else {
+			d.conn = paced(p.tcp.Unit(d.cfg.Unit, d.cfg.Timeout), p.pace)
+		}
+		d.port = key
 	default:
 		return fmt.Errorf("edge: device %q: unknown transport %q", d.cfg.Name, d.cfg.Transport)
 	}
@@ -230,16 +264,24 @@ func (rs *runState) detach(d *device) {
 	if c, ok := d.conn.(interface{ Close() error }); ok {
 		_ = c.Close()
 	}
-	if d.cfg.Transport == TransportRTU || d.cfg.Transport == TransportRTUOverTCP {
-		key := portKey(d.cfg)
-		if p := rs.ports[key]; p != nil {
-			if p.refs--; p.refs == 0 {
-				_ = p.port.Close()
-				delete(rs.ports, key)
-			}
+	if p := rs.ports[d.port]; p != nil {
+		if p.refs--; p.refs == 0 {
+			_ = p.close()
+			delete(rs.ports, d.port)
 		}
 	}
-	d.conn = nil
+	d.conn, d.port = nil, ""
+}
+
+// slotPort is the port key d has when attached to its slot.
+func slotPort(d *device) string {
+	switch {
+	case d.cfg.Transport == TransportUDP:
+		return ""
+	case d.slot.alone:
+		return "alone " + d.slot.key
+	}
+	return d.slot.key
 }
 
 // startBus runs b in its own goroutine until stopBuses.

@@ -57,8 +57,8 @@ func NewTCP(cfg TCPConfig) *TCPConn {
 	cfg.defaults()
 	cnt := &counters{}
 	t := &tcpTransport{
-		timeout: cfg.Timeout,
-		rd: redialer{addr: cfg.Address, dialTimeout: cfg.DialTimeout, cnt: cnt,
+		timeout: cfg.Timeout, cnt: cnt,
+		rd: &redialer{addr: cfg.Address, dialTimeout: cfg.DialTimeout, cnt: cnt,
 			log: cfg.Logger.With("transport", "tcp", "unit", cfg.Unit),
 			bo:  backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}},
 	}
@@ -75,7 +75,8 @@ var _ transport = (*tcpTransport)(nil)
 
 type tcpTransport struct {
 	timeout time.Duration
-	rd      redialer
+	rd      *redialer // shared by the units of a TCPPort
+	cnt     *counters // this unit's (dropped frames)
 }
 
 const (
@@ -100,7 +101,7 @@ func (t *tcpTransport) Send(req []byte) ([]byte, error) {
 		t.rd.failed(err)
 		var fe *FrameError
 		if errors.As(err, &fe) {
-			t.rd.cnt.dropped.Add(1)
+			t.cnt.dropped.Add(1)
 		}
 		return nil, err
 	}
