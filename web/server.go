@@ -197,6 +197,7 @@ type Server struct {
 	basic         *basicAuth
 	basicErr      error // reported by Listen
 	rlog          backoff.Log
+	dropLog       backoff.Log   // slow WebSocket clients: one line each, at most 1/s
 	held          atomic.Int64  // 429 replies being held
 	hashRefused   atomic.Uint64 // 429 for want of a hashing slot or budget
 	authFailures  atomic.Uint64
@@ -244,6 +245,7 @@ func New(cfg Config) *Server {
 		shutdown: make(chan struct{}),
 		lim:      newLimiter(cfg.RateLimit),
 		rlog:     backoff.Log{Every: 10 * time.Second, Level: slog.LevelWarn},
+		dropLog:  backoff.Log{Every: time.Second, Level: slog.LevelWarn},
 	}
 	s.basic, s.basicErr = parseBasic(cfg.BasicAuthUser, cfg.BasicAuthHash, cfg.RateLimit)
 	for _, o := range cfg.AllowedOrigins {
