@@ -210,3 +210,63 @@ func getJSONWith(c *http.Client, url, user, pass string, v any) error {
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
 }
+
+// /healthz of the real binary: a good logger, a dead one and an upstream
+// that cannot be reached. A device polling well keeps the devices healthy
+// (the dead one is listed), and it turns 503, with the reason, once the
+// upstream has been down longer than healthz_upstream_max_down.
+func TestHealthzE2E(t *testing.T) {
+	fleet := runFleet(t, sim.Config{Devices: 1, Transport: "udp"})
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadUp := ln.Addr().String()
+	ln.Close()
+	var b strings.Builder
+	fmt.Fprintf(&b, "[gateway]\ndata_dir = %q\n[http]\nlisten = \"127.0.0.1:0\"\nhealthz_upstream_max_down = \"2s\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", filepath.Join(dir, "data"))
+	fmt.Fprintf(&b, "[upstream.websocket]\nurl = \"ws://%s/ingest\"\n[upstream.mqtt]\nmode = \"off\"\n", deadUp)
+	fmt.Fprintf(&b, "[[device]]\nname = \"good\"\ntransport = \"udp\"\naddress = %q\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n", fleet.Addr(0))
+	b.WriteString("[[device]]\nname = \"dead\"\ntransport = \"udp\"\naddress = \"127.0.0.1:9\"\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n")
+	cfg := filepath.Join(dir, "edgegw.toml")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, page := runGateway(t, cfg)
+	type health struct {
+		code    int
+		Status  string
+		Reasons []string
+		Down    []string
+	}
+	get := func() (h health) {
+		resp, err := http.Get(page + "healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		h.code = resp.StatusCode
+		if h.code != 429 {
+			if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return h
+	}
+	var h health
+	waitFor(t, 20*time.Second, "the dead device listed as down", func() bool {
+		h = get()
+		return h.code != 429 && strings.Join(h.Down, ",") == "dead"
+	})
+	for _, r := range h.Reasons {
+		if strings.Contains(r, "device") {
+			t.Fatalf("unhealthy for the devices while one polls well: %+v", h)
+		}
+	}
+	waitFor(t, 20*time.Second, "503 for the upstream", func() bool { h = get(); return h.code == 503 })
+	if h.Status != "unhealthy" || len(h.Reasons) != 1 || !strings.Contains(h.Reasons[0], "upstream down for") || strings.Join(h.Down, ",") != "dead" {
+		t.Fatalf("healthz: %+v", h)
+	}
+	gw.stop(10 * time.Second)
+}

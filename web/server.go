@@ -37,6 +37,12 @@ type Devices interface {
 	Devices() []stats.Entry
 }
 
+// Storage says whether samples are being stored (the durable queue: disk
+// full, degraded to memory, …). /healthz is 503 with the reason while not.
+type Storage interface {
+	QueueHealth() (ok bool, reason string)
+}
+
 // Defaults for the zero values of Config.
 const (
 	DefaultListen          = "127.0.0.1:8080"
@@ -90,6 +96,10 @@ type Config struct {
 	Ring     Ring            // required
 	Devices  Devices         // nil: no devices
 	Upstream *stats.Upstream // nil: no upstream configured
+	Storage  Storage         // nil: storage not checked by /healthz
+	// HealthzUpstreamMaxDown: /healthz is 503 once no upstream path has
+	// carried batches (buffering, unauthorized) for longer; 0 = not checked.
+	HealthzUpstreamMaxDown time.Duration
 
 	Logger *slog.Logger // nil: discard
 }
