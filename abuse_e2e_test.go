@@ -19,8 +19,8 @@ import (
 )
 
 // floodSpec is the wrong-password flood: concurrent clients, how long, and
-// the poll interval of the 48 loggers. make test runs 20 × 5 s at 100 ms
-// (10× the field rate: 50 windows a device); EDGEGW_FLOOD="50,30s,1s" runs
+// the poll interval of the 48 loggers. make test runs 20 × 5 s at 200 ms
+// (5× the field rate: 25 windows a device); EDGEGW_FLOOD="50,30s,1s" runs
 // the issue's measurement, and EDGEGW_FLOOD_BIN=/path/to/edgegw runs it
 // against another build (the one before, for a comparison in one run).
 type floodSpec struct {
@@ -30,7 +30,7 @@ type floodSpec struct {
 }
 
 func floodFromEnv(t *testing.T) floodSpec {
-	spec := floodSpec{20, 5 * time.Second, 100 * time.Millisecond}
+	spec := floodSpec{20, 5 * time.Second, 200 * time.Millisecond}
 	if v := os.Getenv("EDGEGW_FLOOD"); v != "" {
 		f := strings.Split(v, ",")
 		var err1, err2, err3 error
@@ -75,7 +75,9 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 	if b := os.Getenv("EDGEGW_FLOOD_BIN"); b != "" {
 		gwBin = b
 	}
-	fleet := runFleet(t, sim.Config{Devices: 48, Transport: "udp"})
+	// The loggers run in their own process (`edgegw sim`): the test
+	// process runs under -race with the flood clients in it.
+	addrs := simFleet(t, 48)
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "hash-password")
 	cmd.Stdin = strings.NewReader("right\n")
@@ -91,9 +93,9 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 	fmt.Fprintf(&b, "[http]\nlisten = \"127.0.0.1:0\"\nbasic_auth_user = \"operator\"\nbasic_auth_hash_file = %q\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", hashFile)
 	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
 	timeout := min(200*time.Millisecond, spec.interval/2)
-	for i := 0; i < fleet.Len(); i++ {
+	for i, addr := range addrs {
 		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = %q\ntimeout = %q\n",
-			i+1, fleet.Addr(i), spec.interval, timeout)
+			i+1, addr, spec.interval, timeout)
 	}
 	cfg := filepath.Join(dir, "edgegw.toml")
 	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
@@ -190,6 +192,28 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 	gw.stop(10 * time.Second)
 }
 
+// simFleet runs `edgegw sim` with n UDP loggers on random ports and
+// returns their addresses.
+func simFleet(t *testing.T, n int) []string {
+	t.Helper()
+	p := startProc(t, "sim", "-devices", strconv.Itoa(n), "-transport", "udp", "-port", "0")
+	var addrs []string
+	deadline := time.After(20 * time.Second)
+	for len(addrs) < n {
+		select {
+		case l := <-p.lines:
+			if f := strings.Fields(l); len(f) == 3 && f[1] == "udp" {
+				addrs = append(addrs, f[2])
+			}
+		case <-p.done:
+			t.Fatal("edgegw sim exited")
+		case <-deadline:
+			t.Fatalf("edgegw sim: %d of %d addresses after 20s", len(addrs), n)
+		}
+	}
+	return addrs
+}
+
 // httpFrom is a client whose connections leave from src (any 127.0.0.0/8
 // address is loopback): a client IP of its own for the rate limiter.
 func httpFrom(src string) *http.Client {
@@ -209,4 +233,64 @@ func getJSONWith(c *http.Client, url, user, pass string, v any) error {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// /healthz of the real binary: a good logger, a dead one and an upstream
+// that cannot be reached. A device polling well keeps the devices healthy
+// (the dead one is listed), and it turns 503, with the reason, once the
+// upstream has been down longer than healthz_upstream_max_down.
+func TestHealthzE2E(t *testing.T) {
+	fleet := runFleet(t, sim.Config{Devices: 1, Transport: "udp"})
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadUp := ln.Addr().String()
+	ln.Close()
+	var b strings.Builder
+	fmt.Fprintf(&b, "[gateway]\ndata_dir = %q\n[http]\nlisten = \"127.0.0.1:0\"\nhealthz_upstream_max_down = \"2s\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", filepath.Join(dir, "data"))
+	fmt.Fprintf(&b, "[upstream.websocket]\nurl = \"ws://%s/ingest\"\n[upstream.mqtt]\nmode = \"off\"\n", deadUp)
+	fmt.Fprintf(&b, "[[device]]\nname = \"good\"\ntransport = \"udp\"\naddress = %q\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n", fleet.Addr(0))
+	b.WriteString("[[device]]\nname = \"dead\"\ntransport = \"udp\"\naddress = \"127.0.0.1:9\"\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n")
+	cfg := filepath.Join(dir, "edgegw.toml")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, page := runGateway(t, cfg)
+	type health struct {
+		code    int
+		Status  string
+		Reasons []string
+		Down    []string
+	}
+	get := func() (h health) {
+		resp, err := http.Get(page + "healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		h.code = resp.StatusCode
+		if h.code != 429 {
+			if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return h
+	}
+	var h health
+	waitFor(t, 20*time.Second, "the dead device listed as down", func() bool {
+		h = get()
+		return h.code != 429 && strings.Join(h.Down, ",") == "dead"
+	})
+	for _, r := range h.Reasons {
+		if strings.Contains(r, "device") {
+			t.Fatalf("unhealthy for the devices while one polls well: %+v", h)
+		}
+	}
+	waitFor(t, 20*time.Second, "503 for the upstream", func() bool { h = get(); return h.code == 503 })
+	if h.Status != "unhealthy" || len(h.Reasons) != 1 || !strings.Contains(h.Reasons[0], "upstream down for") || strings.Join(h.Down, ",") != "dead" {
+		t.Fatalf("healthz: %+v", h)
+	}
+	gw.stop(10 * time.Second)
 }

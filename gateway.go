@@ -89,9 +89,29 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		RateLimit: web.RateLimits{ExemptLoopback: c.HTTP.ExemptLoopback},
 		Ring:      ring, Devices: g.sched, Upstream: g.up, Logger: log.With("pkg", "web"),
 		History: g.hist, RingInfo: web.RingInfo{Size: size, Window: window},
+		Storage: storageOf(g.queue), HealthzUpstreamMaxDown: c.HTTP.HealthzUpstreamMaxDown,
 	})
 	return g, nil
 }
+
+// storageOf is the durable queue as /healthz's web.Storage: its own
+// QueueHealth when it reports one, else always storing. nil without a queue.
+func storageOf(q *ringstore.Queue) web.Storage {
+	if q == nil {
+		return nil
+	}
+	if s, ok := any(q).(web.Storage); ok {
+		return s
+	}
+	return storing{}
+}
+
+// storing is a queue that does not report its health: ok.
+type storing struct{}
+
+func (storing) QueueHealth() (bool, string) { return true, "" }
+
+var _ web.Storage = storing{}
 
 // edgeWriter lets web and push write through the scheduler without
 // importing edge: both declare the same one-method Writer.

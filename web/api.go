@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
 	"edgegw/stats"
@@ -34,6 +35,11 @@ import (
 //
 //	GET /healthz
 //	200 {"status":"ok","seq":1042,"uptime_s":3600,"gateway":"gw-01","version":"1.2.0"}
+//	200 {"status":"ok",…,"down":["rtu-9"]}                      some devices down, others polled well
+//	503 {"status":"unhealthy","reasons":["no device had a good poll in 3 intervals (48 devices)"],…}
+//	    reasons: the storage (Storage.QueueHealth) is not storing; no device had a good poll
+//	    within 3 of its intervals (none polled yet counts as starting); no upstream path for
+//	    longer than HealthzUpstreamMaxDown. "down" lists the devices in state down or demoted.
 
 type quantilesJSON struct {
 	P50 float64 `json:"p50"`
@@ -208,14 +214,60 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// health checks what /healthz answers for: the reasons it is unhealthy
+// (none: healthy) and the devices that are down.
+func (s *Server) health(now time.Time) (reasons, down []string) {
+	if s.cfg.Storage != nil {
+		if ok, why := s.cfg.Storage.QueueHealth(); !ok {
+			reasons = append(reasons, "not storing samples: "+why)
+		}
+	}
+	devs := s.devices()
+	good := 0
+	for _, d := range devs {
+		if deviceState(d.info, d.st, now) == "ok" {
+			good++
+		} else if d.st.Polls > 0 {
+			down = append(down, d.info.Name) // down or demoted: no good poll for 3 intervals
+		}
+	}
+	if len(devs) > 0 && good == 0 {
+		reasons = append(reasons, "no device had a good poll in 3 intervals ("+strconv.Itoa(len(devs))+" devices)")
+	}
+	if u := s.cfg.Upstream; u != nil && s.cfg.HealthzUpstreamMaxDown > 0 {
+		st := u.Snapshot()
+		if (st.Path == stats.PathBuffering || st.Path == stats.PathUnauthorized) && st.PathSinceUS > 0 {
+			if d := now.Sub(time.UnixMicro(st.PathSinceUS)); d > s.cfg.HealthzUpstreamMaxDown {
+				reasons = append(reasons, "upstream down for "+d.Round(time.Second).String()+
+					" (path "+st.Path+", limit "+s.cfg.HealthzUpstreamMaxDown.String()+")")
+			}
+		}
+	}
+	return reasons, down
+}
+
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	replyJSON(w, struct {
-		Status  string `json:"status"`
-		Seq     uint64 `json:"seq"`
-		UptimeS int64  `json:"uptime_s"`
-		Gateway string `json:"gateway,omitempty"`
-		Version string `json:"version,omitempty"`
-	}{"ok", s.cfg.Ring.Snapshot().Seq, int64(time.Since(s.started).Seconds()), s.cfg.GatewayID, s.cfg.Version})
+	now := time.Now()
+	reasons, down := s.health(now)
+	body := struct {
+		Status  string   `json:"status"`
+		Reasons []string `json:"reasons,omitempty"`
+		Down    []string `json:"down,omitempty"`
+		Seq     uint64   `json:"seq"`
+		UptimeS int64    `json:"uptime_s"`
+		Gateway string   `json:"gateway,omitempty"`
+		Version string   `json:"version,omitempty"`
+	}{"ok", reasons, down, s.cfg.Ring.Snapshot().Seq, int64(now.Sub(s.started).Seconds()), s.cfg.GatewayID, s.cfg.Version}
+	code := http.StatusOK
+	if len(reasons) > 0 {
+		body.Status, code = "unhealthy", http.StatusServiceUnavailable
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encode: "+err.Error())
+		return
+	}
+	writeJSON(w, code, append(b, '\n'))
 }
 
 func replyJSON(w http.ResponseWriter, v any) {

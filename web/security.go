@@ -563,19 +563,6 @@ func (b *basicAuth) verify(user, password string) bool {
 	return subtle.ConstantTimeCompare(key, b.key)&userOK == 1
 }
 
-// check is one verification through the cache (no budgets): for tests and
-// callers that are not HTTP requests.
-func (b *basicAuth) check(user, password string) bool {
-	d := b.digest(user, password)
-	if ok, found := b.lookup(d, time.Now()); found {
-		return ok
-	}
-	ok := b.verify(user, password)
-	b.hashes.Add(1)
-	b.remember(d, ok, time.Now())
-	return ok
-}
-
 // cpuBudget is a token bucket of CPU time: it fills at share seconds per
 // second up to max; work may start while the balance is positive and is
 // charged what it took (the balance may go below zero).

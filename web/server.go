@@ -37,6 +37,12 @@ type Devices interface {
 	Devices() []stats.Entry
 }
 
+// Storage says whether samples are being stored (the durable queue: disk
+// full, degraded to memory, …). /healthz is 503 with the reason while not.
+type Storage interface {
+	QueueHealth() (ok bool, reason string)
+}
+
 // Defaults for the zero values of Config.
 const (
 	DefaultListen          = "127.0.0.1:8080"
@@ -92,6 +98,10 @@ type Config struct {
 	Upstream *stats.Upstream // nil: no upstream configured
 	History  History         // nil: /api/history answers 404 (history.go)
 	RingInfo RingInfo        // shown in /api/status
+	Storage  Storage         // nil: storage not checked by /healthz
+	// HealthzUpstreamMaxDown: /healthz is 503 once no upstream path has
+	// carried batches (buffering, unauthorized) for longer; 0 = not checked.
+	HealthzUpstreamMaxDown time.Duration
 
 	Logger *slog.Logger // nil: discard
 }
@@ -199,6 +209,7 @@ type Server struct {
 	basic         *basicAuth
 	basicErr      error // reported by Listen
 	rlog          backoff.Log
+	dropLog       backoff.Log   // slow WebSocket clients: one line each, at most 1/s
 	held          atomic.Int64  // 429 replies being held
 	hashRefused   atomic.Uint64 // 429 for want of a hashing slot or budget
 	authFailures  atomic.Uint64
@@ -246,6 +257,7 @@ func New(cfg Config) *Server {
 		shutdown: make(chan struct{}),
 		lim:      newLimiter(cfg.RateLimit),
 		rlog:     backoff.Log{Every: 10 * time.Second, Level: slog.LevelWarn},
+		dropLog:  backoff.Log{Every: time.Second, Level: slog.LevelWarn},
 	}
 	s.basic, s.basicErr = parseBasic(cfg.BasicAuthUser, cfg.BasicAuthHash, cfg.RateLimit)
 	for _, o := range cfg.AllowedOrigins {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -31,8 +32,10 @@ import (
 // no gap and no duplicate (a reset snapshot is the only declared gap).
 // A malformed client message closes the connection with 1007 and a reason,
 // one over WSReadLimit with 1009 (both counted);
-// a client whose queue fills is closed with 1008 "too slow"; shutdown closes
-// with 1001.
+// a client whose queue fills is closed with 1008 "too slow", one that
+// answers no ping within 2 pings + WSWriteTimeout with 1008 "no pong" (both,
+// and a write that times out, are counted as dropped and logged with the
+// client's address); shutdown closes with 1001.
 
 // frame is one hub batch, encoded once for every client. Immutable.
 // A gap frame (no samples) says the hub skipped ahead to last.
@@ -50,6 +53,7 @@ type wsClient struct {
 	resume    chan uint64   // latest {"lastSequence":N}, capacity 1
 	gone      chan struct{} // closed by the hub when it drops the client
 	closeSent atomic.Bool   // a close frame went out (only one may)
+	readErr   error         // why the reader ended (set before it exits)
 }
 
 // hub fans each frame out to every client's bounded queue.
@@ -139,9 +143,7 @@ func (s *Server) runHub(ctx context.Context) {
 			// skip ahead and tell every client's writer, which catches up
 			// from the ring on its own (or sends a reset snapshot).
 			last = res.Seq
-			if n := s.hub.broadcast(&frame{gap: true, last: last}); n > 0 {
-				s.wsDrops.Add(uint64(n))
-			}
+			s.hub.broadcast(&frame{gap: true, last: last}) // drops are counted by each handler
 			continue
 		case len(res.Samples) > 0:
 			last = res.Samples[len(res.Samples)-1].Seq
@@ -151,10 +153,7 @@ func (s *Server) runHub(ctx context.Context) {
 					s.log.Error("web: encode frame", "err", err)
 					continue
 				}
-				if n := s.hub.broadcast(f); n > 0 {
-					s.wsDrops.Add(uint64(n))
-					s.log.Info("web: dropped slow websocket clients", "n", n)
-				}
+				s.hub.broadcast(f) // drops are counted by each handler
 			}
 			continue
 		}
@@ -227,7 +226,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		defer close(readerDone)
 		s.wsRead(c)
 	}()
-	code, reason := s.wsWrite(c, readerDone)
+	code, reason, werr := s.wsWrite(c, readerDone)
 	s.hub.remove(c)
 	if code != 0 && c.closeSent.CompareAndSwap(false, true) {
 		_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason),
@@ -235,19 +234,46 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = conn.Close()
 	<-readerDone
+	if why := slowReason(c, werr); why != "" {
+		s.wsDrops.Add(1)
+		s.dropLog.Log(s.log, "ws slow", "web: dropped a slow websocket client", "remote", r.RemoteAddr, "reason", why)
+	}
+}
+
+// slowReason says why a client that did not keep up was dropped, or "" when
+// it ended otherwise (it closed, it sent garbage, the server shut down).
+// A client that stops reading fills its socket buffers and then its queue
+// (the hub drops it), or blocks a write past WSWriteTimeout; one that reads
+// nothing at all never answers a ping either, and its read deadline ends it
+// first when the frames are small and the socket buffers large (the case
+// that used to go uncounted).
+func slowReason(c *wsClient, werr error) string {
+	select {
+	case <-c.gone:
+		return "queue full"
+	default:
+	}
+	var ne net.Error
+	if errors.As(werr, &ne) && ne.Timeout() {
+		return "write timed out"
+	}
+	if errors.As(c.readErr, &ne) && ne.Timeout() {
+		return "no pong within the read deadline"
+	}
+	return ""
 }
 
 // wsWrite is the connection's only data writer. It keeps the client's
 // cursor (the last seq it was sent) so that, whatever the hub and resumes
 // do, the client receives every sample once, in order. It returns the close
-// code to send (0: none, the connection failed).
-func (s *Server) wsWrite(c *wsClient, readerDone <-chan struct{}) (code int, reason string) {
+// code to send (0: none, the connection failed, with the write error).
+func (s *Server) wsWrite(c *wsClient, readerDone <-chan struct{}) (code int, reason string, err error) {
 	ping := time.NewTicker(s.cfg.WSPingInterval)
 	defer ping.Stop()
 	w := &wsWriter{s: s, c: c}
 	snap := s.cfg.Ring.Snapshot()
 	if err := w.write(appendSnapshotFrame(w.buf[:0], snap, false)); err != nil {
-		return 0, ""
+		return 0, "", err
 	}
 	w.cursor = snap.Seq
 	for {
@@ -256,19 +282,23 @@ func (s *Server) wsWrite(c *wsClient, readerDone <-chan struct{}) (code int, rea
 		// WSWriteTimeout on a stuck socket) before noticing.
 		select {
 		case <-c.gone:
-			return websocket.ClosePolicyViolation, "too slow"
+			return websocket.ClosePolicyViolation, "too slow", nil
 		case <-s.shutdown:
-			return websocket.CloseGoingAway, "server shutting down"
+			return websocket.CloseGoingAway, "server shutting down", nil
 		default:
 		}
 		var err error
 		select {
 		case <-readerDone:
-			return websocket.CloseNormalClosure, ""
+			var ne net.Error
+			if errors.As(c.readErr, &ne) && ne.Timeout() {
+				return websocket.ClosePolicyViolation, "no pong", nil
+			}
+			return websocket.CloseNormalClosure, "", nil
 		case <-c.gone:
-			return websocket.ClosePolicyViolation, "too slow"
+			return websocket.ClosePolicyViolation, "too slow", nil
 		case <-s.shutdown:
-			return websocket.CloseGoingAway, "server shutting down"
+			return websocket.CloseGoingAway, "server shutting down", nil
 		case n := <-c.resume:
 			err = w.catchUp(n, 0)
 		case f := <-c.queue:
@@ -277,7 +307,7 @@ func (s *Server) wsWrite(c *wsClient, readerDone <-chan struct{}) (code int, rea
 			err = c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WSWriteTimeout))
 		}
 		if err != nil {
-			return 0, "" // the stream may end mid-frame: no close frame after a failed write
+			return 0, "", err // the stream may end mid-frame: no close frame after a failed write
 		}
 	}
 }
@@ -390,6 +420,7 @@ func (s *Server) wsRead(c *wsClient) {
 	for {
 		_, data, err := conn.ReadMessage()
 		if err != nil {
+			c.readErr = err
 			var ce *websocket.CloseError
 			switch {
 			case errors.As(err, &ce):

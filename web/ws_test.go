@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -368,5 +370,71 @@ func TestWebSocketPingDeadline(t *testing.T) {
 	}
 	if a := ts.Stats().WebSocket.Active; a != 1 {
 		t.Errorf("%d websocket clients after 1.2 s, want 1 (the silent one closed, the reading one kept)", a)
+	}
+}
+
+// lockedBuffer is a log sink safe for the server's goroutines and the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestSilentWebSocketClientDropped: a client that upgrades and then reads
+// nothing at all, while the frames are small (field rates: the socket
+// buffers never fill, the queue never fills). It never answers a ping, so
+// its read deadline ends it: that is a slow client dropped too — counted in
+// /metrics and logged once with its address (it used to end uncounted).
+// A client that closes by itself is not counted.
+func TestSilentWebSocketClientDropped(t *testing.T) {
+	var logs lockedBuffer
+	ts := startServer(t, Config{WSPingInterval: 100 * time.Millisecond, WSWriteTimeout: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	host := strings.TrimPrefix(ts.base, "http://")
+	raw := rawConn(t, host, 1<<20)
+	fmt.Fprintf(raw, "GET /api/ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", host)
+	good := dialWS(t, ts.wsURL, nil)
+	mustFrame(t, good)
+	waitFor(t, 5*time.Second, "2 clients", func() bool { return ts.hub.count() == 2 })
+	appendBatch(t, ts.ring, "logger-01", 2, 1) // a small frame each
+	mustFrame(t, good)
+	// The good client answers pings as long as it reads: keep it reading.
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for {
+			if _, _, err := good.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, 10*time.Second, "the silent client dropped", func() bool { return ts.Stats().WSDropped == 1 })
+	waitFor(t, 5*time.Second, "one log line", func() bool { return strings.Contains(logs.String(), "dropped a slow websocket client") })
+	line := logs.String()
+	if n := strings.Count(line, "dropped a slow websocket client"); n != 1 || !strings.Contains(line, "remote="+raw.LocalAddr().String()) ||
+		!strings.Contains(line, `reason="no pong`) {
+		t.Fatalf("%d lines, want 1 with the address %s:\n%s", n, raw.LocalAddr(), line)
+	}
+	_, _, m := ts.get(t, "/metrics")
+	if !strings.Contains(string(m), "edgegw_web_ws_dropped_total 1\n") {
+		t.Error("drop not in /metrics")
+	}
+	good.Close()
+	<-readerDone
+	waitFor(t, 5*time.Second, "the good client gone", func() bool { return ts.Stats().WebSocket.Active == 0 })
+	if d := ts.Stats().WSDropped; d != 1 {
+		t.Fatalf("a client that closed by itself counted as dropped: %d", d)
 	}
 }
