@@ -30,13 +30,22 @@ type Counters struct {
 	// answered (UDP).
 	Duplicates uint64
 	// Dropped counts replies thrown away: malformed, for another unit, bad
-	// CRC, wrong function; on the UDP socket also datagrams from an unknown
-	// source (those only in UDPSocket.Counters).
+	// CRC, wrong function or length, unknown transaction id, untrusted; on
+	// the UDP socket also datagrams from an unknown source (those only in
+	// UDPSocket.Counters).
 	Dropped uint64
+	// Untrusted counts UDP replies that matched their request but were
+	// refused because a datagram with an unknown transaction id had come
+	// from the device's address while the request waited (forged replies,
+	// or a device that garbles ids). Also counted in Dropped.
+	Untrusted uint64
+	// UnknownSource counts datagrams from an address and port that is no
+	// device (UDPSocket.Counters only). Also counted in Dropped.
+	UnknownSource uint64
 }
 
 type counters struct {
-	reconnects, late, duplicates, dropped atomic.Uint64
+	reconnects, late, duplicates, dropped, untrusted, unknownSource atomic.Uint64
 }
 
 func (c *counters) snapshot() Counters {
@@ -45,6 +54,9 @@ func (c *counters) snapshot() Counters {
 		Late:       c.late.Load(),
 		Duplicates: c.duplicates.Load(),
 		Dropped:    c.dropped.Load(),
+
+		Untrusted:     c.untrusted.Load(),
+		UnknownSource: c.unknownSource.Load(),
 	}
 }
 

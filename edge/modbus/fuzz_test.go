@@ -67,13 +67,21 @@ func FuzzUDPDemux(f *testing.F) {
 		if stranger {
 			src = netip.MustParseAddrPort("127.0.1.8:502")
 		}
-		s := &UDPSocket{dests: map[netip.AddrPort]*udpDest{}, pending: map[pendKey]*udpPending{}}
-		d := &udpDest{refs: 2}
+		s := newTestSocket()
+		d := &udpDest{addr: known, refs: 2}
 		s.dests[known] = d
 		mk := func(unit, fc byte, tid uint16) *udpTransport {
-			tr := &udpTransport{s: s, dst: known, dest: d, cnt: &counters{}}
-			tr.pend = udpPending{tr: tr, unit: unit, fc: fc, ch: make(chan []byte, 1)}
-			s.pending[pendKey{known, tid}] = &tr.pend
+			tr := &udpTransport{s: s, dst: known, dest: d, cnt: &counters{}, w: newWaiter()}
+			tr.buf = append(tr.buf, fc, 0, 0, 0, 1)
+			tr.pend = udpPending{tr: tr, dest: d, unit: unit, fc: fc, req: tr.buf, resp: tr.resp[:], w: tr.w}
+			s.mu.Lock()
+			if err := s.register(&tr.pend); err != nil {
+				t.Fatal(err)
+			}
+			d.remove(&tr.pend) // the fixed tid instead of the random one
+			tr.pend.tid = tid
+			d.pend = append(d.pend, &tr.pend)
+			s.mu.Unlock()
 			return tr
 		}
 		a, b := mk(1, 3, 10), mk(2, 4, 11)
@@ -82,12 +90,13 @@ func FuzzUDPDemux(f *testing.F) {
 		s.dispatch(src, dg)
 		for tid, tr := range map[uint16]*udpTransport{10: a, 11: b} {
 			select {
-			case got := <-tr.pend.ch:
-				if stranger || len(got) < 8 || binary.BigEndian.Uint16(got) != tid || got[6] != tr.pend.unit ||
-					(got[7] != tr.pend.fc && got[7] != tr.pend.fc|0x80) || !bytes.Equal(got, dg) {
+			case <-tr.w.ch:
+				got := tr.pend.resp[:tr.pend.n]
+				if stranger || tr.pend.state != pendAnswered || len(got) < 8 || binary.BigEndian.Uint16(got) != tid || got[6] != tr.pend.unit ||
+					(got[7] != tr.pend.fc && got[7] != tr.pend.fc|0x80) || !bytes.Equal(got, dg) || checkPDU(tr.pend.req, got[7:]) != nil {
 					t.Fatalf("datagram % x from %v delivered to tid %d unit %d fc %d", dg, src, tid, tr.pend.unit, tr.pend.fc)
 				}
-				if _, still := s.pending[pendKey{known, tid}]; still {
+				if d.pending(tid) != nil {
 					t.Fatal("delivered entry still pending")
 				}
 			default:
@@ -120,21 +129,23 @@ func BenchmarkMBAPEncodeDecode(b *testing.B) {
 
 func BenchmarkUDPMatch(b *testing.B) {
 	known := netip.MustParseAddrPort("127.0.1.7:502")
-	s := &UDPSocket{dests: map[netip.AddrPort]*udpDest{}, pending: map[pendKey]*udpPending{}}
-	d := &udpDest{refs: 1}
+	s := newTestSocket()
+	d := &udpDest{addr: known, refs: 1}
 	s.dests[known] = d
-	tr := &udpTransport{s: s, dst: known, dest: d, cnt: &counters{}}
-	tr.pend = udpPending{tr: tr, unit: 1, fc: 3, ch: make(chan []byte, 1)}
+	tr := &udpTransport{s: s, dst: known, dest: d, cnt: &counters{}, w: newWaiter()}
+	tr.buf = append(tr.buf, 3, 0, 0, 0, 2)
+	tr.pend = udpPending{tr: tr, dest: d, unit: 1, fc: 3, req: tr.buf, resp: tr.resp[:], w: tr.w}
 	dg := mbap(hx("0000 0000 0006 01 03 0000 0002"), hx("03 04 0001 0002"))
 	b.ReportAllocs()
 	for b.Loop() {
 		s.mu.Lock()
-		tid, _ := s.alloc(known, d)
-		s.pending[pendKey{known, tid}] = &tr.pend
+		if err := s.register(&tr.pend); err != nil {
+			b.Fatal(err)
+		}
 		s.mu.Unlock()
-		binary.BigEndian.PutUint16(dg, tid)
+		binary.BigEndian.PutUint16(dg, tr.pend.tid)
 		s.dispatch(known, dg)
-		<-tr.pend.ch
+		<-tr.w.ch
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
+	"net/netip"
 	"sync"
 	"testing"
 
@@ -265,4 +267,9 @@ func u16s(b []byte) []uint16 {
 		out[i] = binary.BigEndian.Uint16(b[2*i:])
 	}
 	return out
+}
+
+// newTestSocket is a UDPSocket without a network socket, for the matcher.
+func newTestSocket() *UDPSocket {
+	return &UDPSocket{rng: rand.NewChaCha8([32]byte{1}), dests: map[netip.AddrPort]*udpDest{}, byIP: map[netip.Addr]*udpDest{}}
 }

@@ -2,10 +2,12 @@ package modbus
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -27,34 +29,40 @@ type UDPConfig struct {
 // remembered id is not handed out again while it is remembered.
 const recentN = 64
 
+// maxADU is the largest MBAP frame: 7-byte header + 253-byte PDU.
+const maxADU = mbapHeader - 1 + mbapMaxLength
+
 // UDPSocket is one UDP socket for all Modbus UDP devices. Requests of many
 // UDPConns go out concurrently; Run is the one reader goroutine that matches
-// replies to requests by (source address, transaction id) and checks unit
-// and function code. Late, duplicated, foreign and malformed datagrams are
-// dropped and counted, never delivered.
+// replies to requests by (source address, transaction id) and checks unit,
+// function code and length against the request. Late, duplicated, foreign
+// and malformed datagrams are dropped and counted, never delivered.
+//
+// Transaction ids are drawn per request from a ChaCha8 generator seeded
+// from crypto/rand: never 0, never one pending or among the last recentN of
+// the destination. A datagram from a device's address that carries an id
+// neither pending nor recent (what a blind forger guessing ids sends) makes
+// every request then waiting on that address untrusted: its reply, when it
+// comes, is dropped and counted (Untrusted) and the request fails.
 type UDPSocket struct {
 	conn     *net.UDPConn
 	log      *slog.Logger
 	rcv, snd int
 	cnt      counters // totals over all devices, plus unknown sources
 
-	mu      sync.Mutex
-	dests   map[netip.AddrPort]*udpDest
-	byIP    map[netip.Addr]*udpDest // a destination at each address, to blame replies from a wrong port
-	pending map[pendKey]*udpPending
-}
-
-type pendKey struct {
-	src netip.AddrPort
-	tid uint16
+	mu    sync.Mutex
+	rng   *rand.ChaCha8
+	dests map[netip.AddrPort]*udpDest
+	byIP  map[netip.Addr]*udpDest // a destination at each address, to blame replies from a wrong port
 }
 
 // udpDest is the transaction-id space of one destination address, shared by
-// the units behind it.
+// the units behind it, and the requests waiting on it.
 type udpDest struct {
+	addr   netip.AddrPort
 	refs   int
 	only   *udpTransport // the one device behind it while refs == 1
-	next   uint16
+	pend   []*udpPending // in flight to this address (one per device and round)
 	recent [recentN]recentTid
 	ri     int
 }
@@ -67,16 +75,131 @@ func (d *udpDest) stray() {
 	}
 }
 
+// taint marks every request waiting on d as untrusted.
+func (d *udpDest) taint() {
+	for _, p := range d.pend {
+		p.tainted = true
+	}
+}
+
+func (d *udpDest) pending(tid uint16) *udpPending {
+	for _, p := range d.pend {
+		if p.tid == tid {
+			return p
+		}
+	}
+	return nil
+}
+
+func (d *udpDest) remove(p *udpPending) {
+	for i, q := range d.pend {
+		if q == p {
+			last := len(d.pend) - 1
+			d.pend[i] = d.pend[last]
+			d.pend[last] = nil
+			d.pend = d.pend[:last]
+			return
+		}
+	}
+}
+
 type recentTid struct {
 	tr       *udpTransport
 	tid      uint16
 	answered bool // else expired (timed out or write failed)
 }
 
+// States of a udpPending.
+const (
+	pendIdle      = iota
+	pendWaiting   // registered on its destination
+	pendAnswered  // reply copied into resp[:n]
+	pendUntrusted // a matching reply came, but the request was tainted
+	pendExpired   // timed out or the write failed
+)
+
+// udpPending is one request waiting for its reply. Its fields are guarded
+// by the socket's mu while state is pendWaiting; the owner reads them after
+// the waiter has been signalled or the request expired.
 type udpPending struct {
 	tr       *udpTransport
+	dest     *udpDest
+	tid      uint16
 	unit, fc byte
-	ch       chan []byte // capacity 1; exactly one send per pending entry
+	req      []byte // request PDU (function code + data), checked against the reply
+	resp     []byte // the reply ADU is copied here (len maxADU)
+	n        int
+	state    uint8
+	tainted  bool
+	w        *udpWaiter
+}
+
+// udpWaiter wakes the goroutine that waits for left replies, once.
+type udpWaiter struct {
+	left  int           // under s.mu
+	ch    chan struct{} // capacity 1; one send when left reaches 0
+	timer *time.Timer
+}
+
+func newWaiter() *udpWaiter {
+	w := &udpWaiter{ch: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
+	w.timer.Stop()
+	return w
+}
+
+// done is called under s.mu when one of the waiter's requests completes.
+func (w *udpWaiter) done() {
+	if w.left--; w.left == 0 {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait blocks until every request of w completed or d has passed; it
+// reports whether all completed in time.
+func (w *udpWaiter) wait(d time.Duration) bool {
+	if d <= 0 {
+		return false
+	}
+	w.timer.Reset(d)
+	select {
+	case <-w.ch:
+		w.timer.Stop()
+		return true
+	case <-w.timer.C:
+		return false
+	}
+}
+
+// register allocates p a fresh transaction id for its destination and puts
+// it in flight. Caller holds mu.
+func (s *UDPSocket) register(p *udpPending) error {
+	d := p.dest
+	for range 1024 {
+		tid := uint16(s.rng.Uint64())
+		if tid == 0 || d.pending(tid) != nil || d.find(tid) != nil {
+			continue
+		}
+		p.tid, p.n, p.state, p.tainted = tid, 0, pendWaiting, false
+		d.pend = append(d.pend, p)
+		p.w.left++
+		return nil
+	}
+	return errors.New("no free transaction id")
+}
+
+// expire ends p if it still waits (its tid is remembered as expired). Caller
+// holds mu.
+func (s *UDPSocket) expire(p *udpPending) {
+	if p.state != pendWaiting {
+		return
+	}
+	p.dest.remove(p)
+	p.dest.remember(p.tr, p.tid, false)
+	p.state = pendExpired
+	p.w.left--
 }
 
 // NewUDPSocket opens the socket and sizes its buffers; it starts no
@@ -97,7 +220,12 @@ func NewUDPSocket(cfg UDPConfig) (*UDPSocket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("modbus: udp listen %q: %w", cfg.Listen, err)
 	}
-	s := &UDPSocket{conn: conn, log: log, dests: map[netip.AddrPort]*udpDest{}, byIP: map[netip.Addr]*udpDest{}, pending: map[pendKey]*udpPending{}}
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("modbus: udp %s: seed transaction ids: %w", conn.LocalAddr(), err)
+	}
+	s := &UDPSocket{conn: conn, log: log, rng: rand.NewChaCha8(seed), dests: map[netip.AddrPort]*udpDest{}, byIP: map[netip.Addr]*udpDest{}}
 	_ = conn.SetReadBuffer(cfg.BufferBytes)
 	_ = conn.SetWriteBuffer(cfg.BufferBytes)
 	s.rcv, s.snd, err = sockBuffers(conn)
@@ -141,8 +269,8 @@ func (s *UDPSocket) LocalAddr() netip.AddrPort { return s.conn.LocalAddr().(*net
 func (s *UDPSocket) Buffers() (rcv, snd int) { return s.rcv, s.snd }
 
 // Counters returns the totals over all devices of this socket, plus the
-// datagrams from unknown sources and for unknown transaction ids (counted
-// Dropped here only).
+// datagrams from unknown sources (Dropped and UnknownSource) and for unknown
+// transaction ids (Dropped), counted here only.
 func (s *UDPSocket) Counters() Counters { return s.cnt.snapshot() }
 
 // Close closes the socket; Run returns and waiting requests time out.
@@ -181,39 +309,48 @@ func unmap(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// dispatch matches one datagram (b is reused by the caller: copied before it
-// is handed on).
+// dispatch matches one datagram (b is reused by the caller: copied before
+// it is handed on).
 func (s *UDPSocket) dispatch(src netip.AddrPort, b []byte) {
-	src = unmap(src)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.dispatchLocked(src, b)
+	s.mu.Unlock()
+}
+
+// dispatchLocked matches one datagram; caller holds mu. A reply is accepted
+// only from the request's destination address and port, with its pending
+// transaction id, a well-formed MBAP header, the request's unit and
+// function (or its exception) and the length the request asked for
+// (checkPDU); anything else is dropped and counted, and the request keeps
+// waiting for its own reply.
+func (s *UDPSocket) dispatchLocked(src netip.AddrPort, b []byte) {
+	src = unmap(src)
 	d := s.dests[src]
 	if d == nil {
 		s.cnt.dropped.Add(1)
+		s.cnt.unknownSource.Add(1)
 		if d := s.byIP[src.Addr()]; d != nil {
 			d.stray() // a known device answering from another port
 		}
 		return
 	}
-	if len(b) < mbapHeader+2 || len(b) > mbapHeader-1+mbapMaxLength ||
-		binary.BigEndian.Uint16(b[2:]) != 0 || int(binary.BigEndian.Uint16(b[4:])) != len(b)-6 {
+	if len(b) < 2 {
 		s.cnt.dropped.Add(1)
-		if len(b) >= 2 {
-			if p := s.pending[pendKey{src, binary.BigEndian.Uint16(b)}]; p != nil {
-				p.tr.cnt.dropped.Add(1)
-			}
-		}
+		d.stray()
 		return
 	}
 	tid := binary.BigEndian.Uint16(b)
-	key := pendKey{src, tid}
-	p := s.pending[key]
+	p := d.pending(tid)
 	if p == nil {
 		r := d.find(tid)
 		switch {
 		case r == nil:
+			// Not an id we sent lately: a confused device, or someone
+			// guessing ids with the device's address. Whatever waits on
+			// this address now is not trusted.
 			s.cnt.dropped.Add(1)
 			d.stray()
+			d.taint()
 		case r.answered:
 			s.cnt.duplicates.Add(1)
 			r.tr.cnt.duplicates.Add(1)
@@ -223,16 +360,28 @@ func (s *UDPSocket) dispatch(src netip.AddrPort, b []byte) {
 		}
 		return
 	}
-	if b[6] != p.unit || (b[7] != p.fc && b[7] != p.fc|0x80) {
-		// Another unit's or another function's reply: not ours; the
-		// request keeps waiting for its own.
+	if len(b) < mbapHeader+2 || len(b) > maxADU ||
+		binary.BigEndian.Uint16(b[2:]) != 0 || int(binary.BigEndian.Uint16(b[4:])) != len(b)-6 ||
+		b[6] != p.unit || (b[7] != p.fc && b[7] != p.fc|0x80) || checkPDU(p.req, b[mbapHeader:]) != nil {
+		// Malformed, another unit's or another function's reply, or
+		// the wrong length: not ours; the request keeps waiting.
 		s.cnt.dropped.Add(1)
 		p.tr.cnt.dropped.Add(1)
 		return
 	}
-	delete(s.pending, key)
+	d.remove(p)
 	d.remember(p.tr, tid, true)
-	p.ch <- append([]byte(nil), b...)
+	if p.tainted {
+		s.cnt.dropped.Add(1)
+		s.cnt.untrusted.Add(1)
+		p.tr.cnt.dropped.Add(1)
+		p.tr.cnt.untrusted.Add(1)
+		p.state = pendUntrusted
+	} else {
+		p.n = copy(p.resp, b)
+		p.state = pendAnswered
+	}
+	p.w.done()
 }
 
 func (d *udpDest) find(tid uint16) *recentTid {
@@ -247,22 +396,6 @@ func (d *udpDest) find(tid uint16) *recentTid {
 func (d *udpDest) remember(tr *udpTransport, tid uint16, answered bool) {
 	d.recent[d.ri] = recentTid{tr: tr, tid: tid, answered: answered}
 	d.ri = (d.ri + 1) % recentN
-}
-
-// alloc returns the next transaction id for dst that is neither pending nor
-// remembered, wrapping past 65535 to 1 (0 is never used). Caller holds mu.
-func (s *UDPSocket) alloc(dst netip.AddrPort, d *udpDest) (uint16, bool) {
-	for range 0xFFFF {
-		d.next++
-		if d.next == 0 {
-			d.next = 1
-		}
-		if _, busy := s.pending[pendKey{dst, d.next}]; busy || d.find(d.next) != nil {
-			continue
-		}
-		return d.next, true
-	}
-	return 0, false
 }
 
 // UDPConn is one Modbus UDP device (one unit at one address) on a shared
@@ -284,13 +417,11 @@ func (s *UDPSocket) Device(addr string, unit uint8, timeout time.Duration) (*UDP
 		return nil, fmt.Errorf("modbus: udp %s unit %d: %w", addr, unit, err)
 	}
 	dst := unmap(ua.AddrPort())
-	t := &udpTransport{s: s, dst: dst, timeout: timeout, cnt: &counters{}, timer: time.NewTimer(time.Hour)}
-	t.timer.Stop()
-	t.pend = udpPending{tr: t, unit: unit, ch: make(chan []byte, 1)}
+	t := &udpTransport{s: s, dst: dst, timeout: timeout, cnt: &counters{}, w: newWaiter()}
 	s.mu.Lock()
 	d := s.dests[dst]
 	if d == nil {
-		d = &udpDest{}
+		d = &udpDest{addr: dst}
 		s.dests[dst] = d
 	}
 	d.refs++
@@ -303,6 +434,7 @@ func (s *UDPSocket) Device(addr string, unit uint8, timeout time.Duration) (*UDP
 	}
 	t.dest = d
 	s.mu.Unlock()
+	t.pend = udpPending{tr: t, dest: d, unit: unit, resp: t.resp[:], w: t.w}
 	p := gb.NewTCPClientHandler("")
 	p.SlaveId = unit
 	p.IdleTimeout = 0
@@ -336,83 +468,64 @@ type udpTransport struct {
 	dest    *udpDest
 	timeout time.Duration
 	cnt     *counters
-	timer   *time.Timer
-	pend    udpPending // one request in flight per device
+	w       *udpWaiter
+	pend    udpPending // the request of Send; one in flight per device
 	buf     []byte
+	resp    [maxADU]byte
 	closed  bool // under s.mu
 }
 
-// Send sends req under a fresh transaction id unique for the destination,
-// waits for the reader to hand over the matching reply, and puts the
+// errUntrusted fails a request whose destination sent a datagram with an
+// unknown transaction id while it waited.
+var errUntrusted = &FrameError{Reason: "reply not trusted: a datagram with an unknown transaction id came from the device's address while the request waited"}
+
+// Send sends req under a fresh random transaction id unique for the
+// destination, waits for the reader to match the reply, and puts the
 // request's own transaction id back into the reply so goburrow's Verify
 // passes.
 func (t *udpTransport) Send(req []byte) ([]byte, error) {
 	if len(req) < mbapHeader+1 {
 		return nil, fmt.Errorf("%w: request of %d bytes", ErrRequest, len(req))
 	}
+	t.buf = append(t.buf[:0], req...)
+	p := &t.pend
+	p.req, p.unit, p.fc = t.buf[mbapHeader:], req[6], req[7]
 	s := t.s
 	s.mu.Lock()
 	if t.closed {
 		s.mu.Unlock()
 		return nil, net.ErrClosed
 	}
-	tid, ok := s.alloc(t.dst, t.dest)
-	if !ok {
+	if err := s.register(p); err != nil {
 		s.mu.Unlock()
-		return nil, errors.New("no free transaction id")
+		return nil, err
 	}
-	t.pend.unit, t.pend.fc = req[6], req[7]
-	key := pendKey{t.dst, tid}
-	s.pending[key] = &t.pend
 	s.mu.Unlock()
+	binary.BigEndian.PutUint16(t.buf, p.tid)
 
-	t.buf = append(t.buf[:0], req...)
-	binary.BigEndian.PutUint16(t.buf, tid)
-	resp, err := t.exchange(key)
-	if err != nil {
-		return nil, err
+	_, werr := s.conn.WriteToUDPAddrPort(t.buf, t.dst)
+	if werr == nil {
+		t.w.wait(t.timeout)
 	}
-	copy(resp[:2], req[:2])
-	if err := checkPDU(req[mbapHeader:], resp[mbapHeader:]); err != nil {
-		t.cnt.dropped.Add(1)
-		s.cnt.dropped.Add(1)
-		return nil, err
+	s.mu.Lock()
+	s.expire(p)
+	s.mu.Unlock()
+	select { // a signal sent after the wait gave up
+	case <-t.w.ch:
+	default:
 	}
-	return resp, nil
-}
-
-func (t *udpTransport) exchange(key pendKey) ([]byte, error) {
-	if _, err := t.s.conn.WriteToUDPAddrPort(t.buf, t.dst); err != nil {
-		if resp := t.abandon(key); resp != nil {
-			return resp, nil
-		}
-		return nil, err
-	}
-	t.timer.Reset(t.timeout)
-	select {
-	case resp := <-t.pend.ch:
-		t.timer.Stop()
+	switch p.state {
+	case pendAnswered:
+		resp := append([]byte(nil), p.resp[:p.n]...)
+		copy(resp[:2], req[:2])
 		return resp, nil
-	case <-t.timer.C:
-		if resp := t.abandon(key); resp != nil {
-			return resp, nil
-		}
-		return nil, timeoutAfter(t.timeout)
+	case pendUntrusted:
+		return nil, errUntrusted
 	}
-}
-
-// abandon removes the pending entry and remembers its tid as expired; if the
-// reader matched it first, the reply is already in the channel: take it.
-func (t *udpTransport) abandon(key pendKey) []byte {
-	t.s.mu.Lock()
-	if t.s.pending[key] == &t.pend {
-		delete(t.s.pending, key)
-		t.dest.remember(t, key.tid, false)
-		t.s.mu.Unlock()
-		return nil
+	if werr != nil {
+		return nil, werr
 	}
-	t.s.mu.Unlock()
-	return <-t.pend.ch
+	return nil, timeoutAfter(t.timeout)
 }
 
 func (t *udpTransport) fail(error) {}

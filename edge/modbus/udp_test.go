@@ -145,41 +145,52 @@ func TestUDPCrossTalk(t *testing.T) {
 	}
 }
 
-// TestUDPWraparound: >70,000 requests to one device take the transaction id
-// past 65535; the device holds back the replies to a few requests around the
-// wrap and sends them once later requests have arrived. No late reply is
-// ever delivered, every delivered reply is the one asked for, tid 0 is
-// never used.
+// TestUDPWraparound: >70,000 requests to one device use more transaction
+// ids than there are, so ids come round again (random ids: every id is
+// reused about once); the device holds back the replies to some requests
+// (every 10,000th, and whenever the id is 65535, 1, 2 or 300) and sends them
+// once the next request has arrived. No late reply is ever delivered, every
+// delivered reply is the one asked for, tid 0 is never used, and no id is
+// reused while it is among the last 64 of the device.
 func TestUDPWraparound(t *testing.T) {
 	const total = 70_500
-	held := map[uint16]bool{65530: true, 65534: true, 65535: true, 1: true, 2: true, 300: true}
+	special := map[uint16]bool{65535: true, 1: true, 2: true, 300: true}
 	var mu sync.Mutex
 	var pending []struct {
 		dst netip.AddrPort
 		b   []byte
 	}
-	var sawZero, wrapped atomic.Bool
-	var lastTid uint16
+	var sawZero, reused atomic.Bool
+	var held atomic.Int64
+	seen := map[uint16]bool{}
+	var last [recentN]uint16
+	n := 0
 	r := startUDPResponder(t, "127.0.0.1:0", func(r *udpResponder, src netip.AddrPort, req []byte) {
+		mu.Lock()
+		defer mu.Unlock()
 		tid := binary.BigEndian.Uint16(req)
 		if tid == 0 {
 			sawZero.Store(true)
 		}
-		if tid < lastTid {
-			wrapped.Store(true)
+		for _, l := range last {
+			if l == tid {
+				reused.Store(true)
+			}
 		}
-		lastTid = tid
+		last[n%recentN] = tid
+		seen[tid] = true
 		a := binary.BigEndian.Uint16(req[8:])
 		out := mbap(req, []byte{3, 2, byte(a >> 8), byte(a)})
-		mu.Lock()
-		defer mu.Unlock()
 		// the held replies go out after the next request arrived: their
 		// requests have given up by then
 		for _, p := range pending {
 			_, _ = r.conn.WriteToUDPAddrPort(p.b, p.dst)
 		}
 		pending = pending[:0]
-		if held[tid] && !wrapped.Load() || held[tid] && tid < 10 {
+		hold := (n%10_000 == 5_000 || special[tid]) && n < total-1
+		n++
+		if hold {
+			held.Add(1)
 			pending = append(pending, struct {
 				dst netip.AddrPort
 				b   []byte
@@ -210,13 +221,20 @@ func TestUDPWraparound(t *testing.T) {
 			good++
 		}
 	}
+	waitFor(t, 2*time.Second, "the last held reply counted late", func() bool { return c.Counters().Late == uint64(held.Load()) })
 	cn := c.Counters()
-	t.Logf("%d requests in %v: %d good, %d timeouts, counters %+v", total, time.Since(start), good, timeouts, cn)
-	if !wrapped.Load() || sawZero.Load() {
-		t.Errorf("wrapped %v, tid 0 used %v", wrapped.Load(), sawZero.Load())
+	mu.Lock()
+	distinct := len(seen)
+	mu.Unlock()
+	t.Logf("%d requests in %v: %d distinct ids, %d good, %d timeouts, %d held, counters %+v", total, time.Since(start), distinct, good, timeouts, held.Load(), cn)
+	if sawZero.Load() || reused.Load() {
+		t.Errorf("tid 0 used %v, an id reused among the last %d: %v", sawZero.Load(), recentN, reused.Load())
 	}
-	if timeouts < len(held) || cn.Late < uint64(len(held)) {
-		t.Errorf("%d timeouts, %d late; want at least %d", timeouts, cn.Late, len(held))
+	if distinct < 40_000 {
+		t.Errorf("only %d distinct ids in %d requests: ids do not cover the space", distinct, total)
+	}
+	if h := int(held.Load()); h < 7 || timeouts < h || cn.Late != uint64(h) || cn.Dropped != 0 || cn.Untrusted != 0 {
+		t.Errorf("%d held, %d timeouts, counters %+v; want every held reply a timeout and counted late, nothing dropped", h, timeouts, cn)
 	}
 	if good < total-100 {
 		t.Errorf("only %d of %d good", good, total)
