@@ -64,3 +64,6 @@ if [ -n "$mods" ]; then
 		section "$path" "$version" "$dir"
 	done
 fi
+
+# The page's chart library, embedded in the binary (web/uplot/).
+section "uPlot (embedded in the local page)" "1.6.32" "$(dirname "$0")/../web/uplot"

@@ -268,6 +268,9 @@ func (d *device) poll(windowEnd time.Time, sink Sink) (answered, good bool) {
 		d.stats.LastGoodUS.Store(now.UnixMicro())
 	}
 	d.logOutcome(good, firstErr)
+	if !good {
+		d.stats.NoteError(firstErr, now)
+	}
 	return answered, good
 }
 

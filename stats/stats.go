@@ -104,6 +104,7 @@ type Device struct {
 	Demotions  atomic.Uint64 // times the device was demoted
 	Demoted    atomic.Bool   // currently polled at a reduced rate
 	LastGoodUS atomic.Int64  // Unix µs of the last good poll, 0 if never
+	lastErr    atomic.Pointer[lastError]
 
 	RTT   Histogram // one request's round trip (good responses only)
 	Cycle Histogram // one whole poll (all reads of the device, retries included)
@@ -116,7 +117,35 @@ type Snapshot struct {
 	Polls, GoodPolls, Overruns, Skipped, Demotions                uint64
 	Demoted                                                       bool
 	LastGoodUS                                                    int64
+	LastError                                                     string // why the last failed poll failed ("" if none yet)
+	LastErrorUS                                                   int64  // when, Unix µs
 	RTT, Cycle                                                    HistogramSnapshot
+}
+
+type lastError struct {
+	msg string
+	us  int64
+}
+
+func (e *lastError) text() string {
+	if e == nil {
+		return ""
+	}
+	return e.msg
+}
+
+func (e *lastError) at() int64 {
+	if e == nil {
+		return 0
+	}
+	return e.us
+}
+
+// NoteError records why a poll failed (shown as the reason of a down device).
+func (d *Device) NoteError(err error, now time.Time) {
+	if err != nil {
+		d.lastErr.Store(&lastError{msg: err.Error(), us: now.UnixMicro()})
+	}
 }
 
 // Snapshot copies the record.
@@ -127,6 +156,7 @@ func (d *Device) Snapshot() Snapshot {
 		Late: d.Late.Load(), Duplicates: d.Duplicates.Load(), Dropped: d.Dropped.Load(),
 		Polls: d.Polls.Load(), GoodPolls: d.GoodPolls.Load(), Overruns: d.Overruns.Load(), Skipped: d.Skipped.Load(),
 		Demotions: d.Demotions.Load(), Demoted: d.Demoted.Load(), LastGoodUS: d.LastGoodUS.Load(),
+		LastError: d.lastErr.Load().text(), LastErrorUS: d.lastErr.Load().at(),
 		RTT: d.RTT.Snapshot(), Cycle: d.Cycle.Snapshot(),
 	}
 }

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"errors"
 	"math"
 	"sync"
 	"testing"
@@ -101,5 +102,18 @@ func BenchmarkHistogramObserve(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		h.Observe(2 * time.Millisecond)
+	}
+}
+
+func TestNoteError(t *testing.T) {
+	var d Device
+	if s := d.Snapshot(); s.LastError != "" || s.LastErrorUS != 0 {
+		t.Fatalf("fresh record: %q %d", s.LastError, s.LastErrorUS)
+	}
+	d.NoteError(nil, time.Now()) // no error: nothing recorded
+	now := time.UnixMicro(1764450000123456)
+	d.NoteError(errors.New("modbus: cannot open /dev/ttyUSB0"), now)
+	if s := d.Snapshot(); s.LastError != "modbus: cannot open /dev/ttyUSB0" || s.LastErrorUS != now.UnixMicro() {
+		t.Errorf("after an error: %q %d", s.LastError, s.LastErrorUS)
 	}
 }

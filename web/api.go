@@ -18,9 +18,10 @@ import (
 //	     "loss_rate":0.001,"valid_rate":0.998,"requests":3600,"responses":3596,"timeouts":4,"exceptions":0,
 //	     "errors":0,"reconnects":0,"late":1,"duplicates":0,"dropped":0,"polls":3600,"good_polls":3593,
 //	     "overruns":0,"demotions":0,"demoted":false,"last_good_us":1764450000123456,
+//	     "last_error":"","last_error_us":0,
 //	     "tags":[{"name":"temperature","unit":"°C"},{"name":"setpoint","writable":true}]}]}
-//	    state: "demoted" while polled at a reduced rate; "down" when polled but no good poll for
-//	    3 intervals (or never); else "ok". Sorted by name.
+//	    state: "down" when polled but no good poll for 3 intervals (or never), demoted or not;
+//	    else "demoted" while polled at a reduced rate; else "ok". Sorted by name.
 //
 //	GET /api/status
 //	200 {"gateway":"gw-01","version":"1.2.0","seq":1042,"uptime_s":3600,
@@ -65,14 +66,15 @@ type deviceJSON struct {
 	Demotions  uint64          `json:"demotions"`
 	Demoted    bool            `json:"demoted"`
 	LastGoodUS int64           `json:"last_good_us"`
+	LastError  string          `json:"last_error"`    // why the last failed poll failed; "" if none yet
+	LastErrUS  int64           `json:"last_error_us"` // when
 	Tags       []stats.TagInfo `json:"tags"`
 }
 
-// deviceState: demoted wins; down when polled without a good poll for 3 intervals.
+// deviceState: down when polled without a good poll for 3 intervals (or
+// ever), whether or not it is also demoted; else demoted while polled at a
+// reduced rate; else ok. The demoted flag is in the record either way.
 func deviceState(info stats.Info, s stats.Snapshot, now time.Time) string {
-	if s.Demoted {
-		return "demoted"
-	}
 	if s.Polls > 0 {
 		iv := info.Interval
 		if iv <= 0 {
@@ -81,6 +83,9 @@ func deviceState(info stats.Info, s stats.Snapshot, now time.Time) string {
 		if s.LastGoodUS == 0 || now.Sub(time.UnixMicro(s.LastGoodUS)) > 3*iv {
 			return "down"
 		}
+	}
+	if s.Demoted {
+		return "demoted"
 	}
 	return "ok"
 }
@@ -133,6 +138,7 @@ func (s *Server) handleDevices(w http.ResponseWriter, r *http.Request) {
 			Errors: st.Errors, Reconnects: st.Reconnects, Late: st.Late, Duplicates: st.Duplicates,
 			Dropped: st.Dropped, Polls: st.Polls, GoodPolls: st.GoodPolls, Overruns: st.Overruns,
 			Demotions: st.Demotions, Demoted: st.Demoted, LastGoodUS: st.LastGoodUS, Tags: tags,
+			LastError: st.LastError, LastErrUS: st.LastErrorUS,
 		})
 	}
 	replyJSON(w, out)

@@ -26,7 +26,13 @@ func TestPageIsSelfContained(t *testing.T) {
 	if m := regexp.MustCompile(`(?i)(src|href)\s*=\s*["']?(https?:)?//|@import|url\(\s*["']?https?:`).Find(b); m != nil {
 		t.Fatalf("page references an external resource: %s", m)
 	}
-	for _, want := range []string{`name="viewport"`, `/api/ws`, `/api/devices`, `/api/status`, `data-device`, `data-tag`, `lastSequence`} {
+	// Every script and style the page loads is embedded and served here (uPlot, offline).
+	for _, m := range regexp.MustCompile(`(?:src|href)="(/[^"]+)"`).FindAllSubmatch(b, -1) {
+		if code, _, body := ts.get(t, string(m[1])); code != 200 || len(body) < 1000 {
+			t.Errorf("page loads %s: %d, %d bytes", m[1], code, len(body))
+		}
+	}
+	for _, want := range []string{`name="viewport"`, `/api/ws`, `/api/devices`, `/api/status`, `/api/history`, `data-device`, `data-tag`, `lastSequence`, `/assets/uplot-1.6.32.min.js`} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("page lacks %q", want)
 		}
@@ -125,13 +131,13 @@ func TestPageInChromium(t *testing.T) {
 		{"logger-01", "t01", `<span class="num">45.25</span>`},
 		{"logger-02", "t00", `<span class="num">true</span>`},
 		{"logger-02", "t01", `data-quality="timeout"`},
-		{"logger-01", "t00", `<polyline points="`},
+		{"logger-01", "t00", `<path class="line" d="M`},
 	} {
 		if r := row(c.dev, c.tag); !strings.Contains(r, c.want) {
 			t.Errorf("%s/%s: want %q in row %s", c.dev, c.tag, c.want, r)
 		}
 	}
-	if !regexp.MustCompile(`<polyline points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+`).MatchString(row("logger-01", "t00")) {
+	if !regexp.MustCompile(`<path class="line" d="M[0-9.]+,[0-9.]+ L[0-9.]+,[0-9.]+`).MatchString(row("logger-01", "t00")) {
 		t.Errorf("logger-01/t00 sparkline has no line: %s", row("logger-01", "t00"))
 	}
 	for _, want := range []string{
