@@ -107,6 +107,17 @@ func TestDemoPageHistoryViewsAndStale(t *testing.T) {
 		t.Errorf("health chart: %d axes (want time, valid %%, RTT ms), %v", health, err)
 	}
 	b.Screenshot(filepath.Join(shots, "device-desktop.png"))
+	// The other ranges come as buckets: 1 h of 1-minute ones, 7 d of 10-minute ones.
+	for _, r := range []struct{ secs, note string }{{"3600", "buckets of 60 s"}, {"604800", "buckets of 10 min"}} {
+		if err := b.Eval(`document.querySelector('#ranges [data-range="`+r.secs+`"]').click()`, nil); err != nil {
+			t.Fatal(err)
+		}
+		b.WaitJS(20*time.Second, "the "+r.secs+" s range", `document.body.dataset.viewLoaded === 'logger-01@`+r.secs+`' && [...document.querySelectorAll('#v-charts .chart')].every(c => c.querySelectorAll('.u-axis').length >= 2 && c.querySelector('.note').textContent.includes('`+r.note+`'))`,
+			`[...document.querySelectorAll('#v-charts .chart .note')].map(n => n.textContent)`)
+	}
+	if err := b.Eval(`document.querySelector('#ranges [data-range="600"]').click()`, nil); err != nil {
+		t.Fatal(err)
+	}
 
 	// The same on a phone.
 	b.Viewport(390, 844, true)

@@ -3,6 +3,7 @@ package web
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,9 +67,22 @@ func chromium(t *testing.T, args ...string) []byte {
 func TestPageInChromium(t *testing.T) {
 	testenv.Need(t, "chromium")
 	up := &stats.Upstream{}
-	up.Path.Store(stats.PathWebSocket)
+	up.Path.Store(stats.PathBuffering)
 	up.QueueSamples.Store(7)
-	ts := startServer(t, Config{Devices: someDevices(), Upstream: up, GatewayID: "gw-page", Version: "9.9.9"})
+	up.OldestUnackUS.Store(time.Now().Add(-3 * time.Minute).UnixMicro())
+	// A serial device that never answered: polled, demoted, with the reason.
+	dead := &stats.Device{}
+	dead.Polls.Add(5)
+	dead.Requests.Add(5)
+	dead.Errors.Add(5)
+	dead.Demoted.Store(true)
+	dead.NoteError(errors.New("modbus: cannot open /dev/ttyUSB0: no such file or directory"), time.Now())
+	devs := append(someDevices(), stats.Entry{
+		Info: stats.Info{Name: "meter-07", Transport: "rtu", Address: "/dev/ttyUSB0", Unit: 7, Interval: time.Second,
+			Tags: []stats.TagInfo{{Name: "supply_air_temperature-setpoint", Unit: "°C"}}},
+		Stats: dead,
+	})
+	ts := startServer(t, Config{Devices: devs, Upstream: up, GatewayID: "gw-page", Version: "9.9.9"})
 	ts0 := time.Now().Add(-2 * time.Minute)
 	for i := range 60 { // a trend for the sparklines
 		batch := []ringstore.Sample{
@@ -143,8 +157,14 @@ func TestPageInChromium(t *testing.T) {
 	for _, want := range []string{
 		`data-device="logger-01"`, `data-device="logger-02"`, `data-device="odd &quot;name&quot;\` + "\n" + `"`,
 		`id="gateway" data-gateway="gw-page">gw-page<`, `id="conn" data-state="open"`,
-		`id="upstream" data-path="websocket"`, `<b id="up-queue">7</b>`,
+		`id="upstream" data-path="buffering"`, `<b id="up-queue">7</b>`, `<span id="up-buffer"> · queue 3 min old</span>`,
 		`class="state" data-state="ok">ok<`, `class="state" data-state="down">down<`,
+		// The dead serial device: down (not just demoted), demoted shown apart, the reason, no RTT.
+		`<span class="chip">demoted: polled less often</span>`,
+		`never answered: modbus: cannot open /dev/ttyUSB0: no such file or directory</div>`,
+		`RTT p50/p99 <b>no answer yet</b>`,
+		// Names break after _ and -, never inside a word.
+		`<td class="tag">supply_<wbr>air_<wbr>temperature-<wbr>setpoint<wbr></td>`,
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("DOM lacks %q", want)
