@@ -65,5 +65,5 @@ if [ -n "$mods" ]; then
 	done
 fi
 
-# The page's chart library, embedded in the binary (web/uplot.min.js, .css).
-section "uPlot (embedded in the local page)" "1.6.32" "$(dirname "$0")/../web/uplot-licence"
+# The page's chart library, embedded in the binary (web/uplot/).
+section "uPlot (embedded in the local page)" "1.6.32" "$(dirname "$0")/../web/uplot"

@@ -403,3 +403,26 @@ func TestRAMBound48x2(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 }
+
+// Add is in every poll's path (through main's tee): one poll of a device
+// with 2 tags, against a store holding 48 × 2 series.
+func BenchmarkAdd(b *testing.B) {
+	s, err := Open(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := make([]string, 48)
+	for i := range names {
+		names[i] = fmt.Sprintf("logger-%02d", i+1)
+	}
+	batch := make([]ringstore.Sample, 2)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		ts := at(time.Duration(i/48) * time.Second)
+		dev := names[i%48]
+		batch[0] = good(dev, "temperature", ts, float64(i%100))
+		batch[1] = good(dev, "humidity", ts, float64(i%50))
+		s.Add(batch)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"edgegw/ringstore"
+	"edgegw/stats"
 )
 
 // Points is one query's answer in columns (index i of each column is one
@@ -116,13 +117,28 @@ func (s *Store) Health(device string, from, to int64, step time.Duration) (*Poin
 	if err := s.check(from, to, step); err != nil {
 		return nil, err
 	}
+	var cur *stats.Snapshot // the device's record now: the open bucket is its change since the last tick
+	if s.cfg.Devices != nil {
+		for _, e := range s.cfg.Devices() {
+			if e.Info.Name == device && e.Stats != nil {
+				snap := e.Stats.Snapshot()
+				cur = &snap
+				break
+			}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.devices[device]
 	if d == nil {
 		return nil, fmt.Errorf("%w: device %q", ErrUnknown, device)
 	}
-	plan, err := s.plan(from, to, step, d.fine.head)
+	var open hcell
+	openIdx := int64(noBucket)
+	if cur != nil && d.seen && s.lastTickIdx != noBucket {
+		open, openIdx = healthDelta(d.prev, *cur), s.lastTickIdx
+	}
+	plan, err := s.plan(from, to, step, max(d.fine.head, openIdx))
 	if err != nil {
 		return nil, err
 	}
@@ -136,6 +152,11 @@ func (s *Store) Health(device string, from, to int64, step time.Duration) (*Poin
 			if d.copen.open() && d.copen.idx >= lo && d.copen.idx <= hi {
 				a.merge(d.copen.cell())
 			}
+			if openIdx != noBucket && floorDiv(openIdx, s.k) >= lo && floorDiv(openIdx, s.k) <= hi {
+				a.merge(open)
+			}
+		} else if openIdx != noBucket && openIdx >= lo && openIdx <= hi {
+			a.merge(open)
 		}
 		for i := max(lo, t.oldest()); i <= min(hi, t.head); i++ {
 			if c, ok := t.get(i); ok {

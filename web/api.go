@@ -20,10 +20,10 @@ import (
 //	     "errors":0,"reconnects":0,"late":1,"duplicates":0,"dropped":0,"polls":3600,"good_polls":3593,
 //	     "overruns":0,"demotions":0,"demoted":false,"last_good_us":1764450000123456,
 //	     "tags":[{"name":"temperature","unit":"°C"},{"name":"setpoint","writable":true}]}]}
-//	    state: "down" while the transport cannot be opened (retried with backoff); "demoted" while
-//	    polled at a reduced rate; "down" when polled but no good poll for 3 intervals (or never);
-//	    else "ok". reason (left out when none): why it is down or why its last poll failed, e.g.
-//	    "…: open /dev/ttyUSB0: no such file or directory". Sorted by name.
+//	    state: "down" while the transport cannot be opened (retried with backoff) or when polled
+//	    without a good poll for 3 intervals (or ever), demoted or not; else "demoted" while
+//	    polled at a reduced rate; else "ok". reason (left out when none): why it is down or why
+//	    its last poll failed, e.g. "…: open /dev/ttyUSB0: no such file or directory". Sorted by name.
 //
 //	GET /api/status
 //	200 {"gateway":"gw-01","version":"1.2.0","seq":1042,"uptime_s":3600,
@@ -77,14 +77,13 @@ type deviceJSON struct {
 	Tags       []stats.TagInfo `json:"tags"`
 }
 
-// deviceState: a transport that cannot open is down; demoted wins next;
-// down when polled without a good poll for 3 intervals.
+// deviceState: down while the transport cannot open, or when polled without
+// a good poll for 3 intervals (or ever), whether or not it is also demoted;
+// else demoted while polled at a reduced rate; else ok. The demoted flag is
+// in the record either way.
 func deviceState(info stats.Info, s stats.Snapshot, now time.Time) string {
 	if s.Down {
 		return "down"
-	}
-	if s.Demoted {
-		return "demoted"
 	}
 	if s.Polls > 0 {
 		iv := info.Interval
@@ -94,6 +93,9 @@ func deviceState(info stats.Info, s stats.Snapshot, now time.Time) string {
 		if s.LastGoodUS == 0 || now.Sub(time.UnixMicro(s.LastGoodUS)) > 3*iv {
 			return "down"
 		}
+	}
+	if s.Demoted {
+		return "demoted"
 	}
 	return "ok"
 }

@@ -9,18 +9,18 @@ import (
 // page is the live page: one HTML file (inline CSS and JS) fed by /api/ws,
 // /api/devices, /api/status and /api/history. Its one library, uPlot 1.6.32
 // (MIT, https://github.com/leeoniya/uPlot; npm package "uplot", dist files
-// and LICENSE copied as they are), is embedded too and served under
+// and LICENSE copied as they are into uplot/), is embedded too and served under
 // /assets/: the page loads nothing from any other host and works offline.
 //
 //go:embed page.html
 var page []byte
 
 var (
-	//go:embed uplot.min.js
+	//go:embed uplot/uPlot.iife.min.js
 	uplotJS []byte
-	//go:embed uplot.min.css
+	//go:embed uplot/uPlot.min.css
 	uplotCSS []byte
-	//go:embed uplot.LICENSE
+	//go:embed uplot/LICENSE
 	uplotLicense []byte
 )
 

@@ -26,7 +26,13 @@ func TestPageIsSelfContained(t *testing.T) {
 	if m := regexp.MustCompile(`(?i)(src|href)\s*=\s*["']?(https?:)?//|@import|url\(\s*["']?https?:`).Find(b); m != nil {
 		t.Fatalf("page references an external resource: %s", m)
 	}
-	for _, want := range []string{`name="viewport"`, `/api/ws`, `/api/devices`, `/api/status`, `data-device`, `data-tag`, `lastSequence`} {
+	// Every script and style the page loads is embedded and served here (uPlot, offline).
+	for _, m := range regexp.MustCompile(`(?:src|href)="(/[^"]+)"`).FindAllSubmatch(b, -1) {
+		if code, _, body := ts.get(t, string(m[1])); code != 200 || len(body) < 1000 {
+			t.Errorf("page loads %s: %d, %d bytes", m[1], code, len(body))
+		}
+	}
+	for _, want := range []string{`name="viewport"`, `/api/ws`, `/api/devices`, `/api/status`, `/api/history`, `data-device`, `data-tag`, `lastSequence`, `/assets/uplot-1.6.32.min.js`} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("page lacks %q", want)
 		}
@@ -60,9 +66,22 @@ func chromium(t *testing.T, args ...string) []byte {
 func TestPageInChromium(t *testing.T) {
 	testenv.Need(t, "chromium")
 	up := &stats.Upstream{}
-	up.Path.Store(stats.PathWebSocket)
+	up.Path.Store(stats.PathBuffering)
 	up.QueueSamples.Store(7)
-	ts := startServer(t, Config{Devices: someDevices(), Upstream: up, GatewayID: "gw-page", Version: "9.9.9"})
+	up.OldestUnackUS.Store(time.Now().Add(-3 * time.Minute).UnixMicro())
+	// A serial device that never answered: polled, demoted, with the reason.
+	dead := &stats.Device{}
+	dead.Polls.Add(5)
+	dead.Requests.Add(5)
+	dead.Errors.Add(5)
+	dead.Demoted.Store(true)
+	dead.SetReason("modbus: cannot open /dev/ttyUSB0: no such file or directory")
+	devs := append(someDevices(), stats.Entry{
+		Info: stats.Info{Name: "meter-07", Transport: "rtu", Address: "/dev/ttyUSB0", Unit: 7, Interval: time.Second,
+			Tags: []stats.TagInfo{{Name: "supply_air_temperature-setpoint", Unit: "°C"}}},
+		Stats: dead,
+	})
+	ts := startServer(t, Config{Devices: devs, Upstream: up, GatewayID: "gw-page", Version: "9.9.9"})
 	ts0 := time.Now().Add(-2 * time.Minute)
 	for i := range 60 { // a trend for the sparklines
 		batch := []ringstore.Sample{
@@ -125,20 +144,26 @@ func TestPageInChromium(t *testing.T) {
 		{"logger-01", "t01", `<span class="num">45.25</span>`},
 		{"logger-02", "t00", `<span class="num">true</span>`},
 		{"logger-02", "t01", `data-quality="timeout"`},
-		{"logger-01", "t00", `<polyline points="`},
+		{"logger-01", "t00", `<path class="line" d="M`},
 	} {
 		if r := row(c.dev, c.tag); !strings.Contains(r, c.want) {
 			t.Errorf("%s/%s: want %q in row %s", c.dev, c.tag, c.want, r)
 		}
 	}
-	if !regexp.MustCompile(`<polyline points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+`).MatchString(row("logger-01", "t00")) {
+	if !regexp.MustCompile(`<path class="line" d="M[0-9.]+,[0-9.]+ L[0-9.]+,[0-9.]+`).MatchString(row("logger-01", "t00")) {
 		t.Errorf("logger-01/t00 sparkline has no line: %s", row("logger-01", "t00"))
 	}
 	for _, want := range []string{
 		`data-device="logger-01"`, `data-device="logger-02"`, `data-device="odd &quot;name&quot;\` + "\n" + `"`,
 		`id="gateway" data-gateway="gw-page">gw-page<`, `id="conn" data-state="open"`,
-		`id="upstream" data-path="websocket"`, `<b id="up-queue">7</b>`,
+		`id="upstream" data-path="buffering"`, `<b id="up-queue">7</b>`, `<span id="up-buffer"> · queue 3 min old</span>`,
 		`class="state" data-state="ok">ok<`, `class="state" data-state="down">down<`,
+		// The dead serial device: down (not just demoted), demoted shown apart, the reason, no RTT.
+		`<span class="chip">demoted: polled less often</span>`,
+		`never answered: modbus: cannot open /dev/ttyUSB0: no such file or directory</div>`,
+		`RTT p50/p99 <b>no answer yet</b>`,
+		// Names break after _ and -, never inside a word.
+		`<td class="tag">supply_<wbr>air_<wbr>temperature-<wbr>setpoint<wbr></td>`,
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("DOM lacks %q", want)

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"edgegw/internal/testenv"
+)
+
+// artifactDir is where page screenshots go: $EDGEGW_ARTIFACTS, else the
+// test's temporary directory.
+func artifactDir(t *testing.T) string {
+	dir := os.Getenv("EDGEGW_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+type historyJSON struct {
+	Kind  string     `json:"kind"`
+	TS    []int64    `json:"ts"`
+	Value []*float64 `json:"value"`
+}
+
+// The page against `edgegw demo` in a real-time headless Chromium: the
+// trends are drawn from /api/history as soon as the page opens, the device
+// view has charts with axes, the unit and a hover read-out, and when the
+// gateway stops the values turn grey within 5 s and come back when it
+// returns. Screenshots (desktop 1280×900 and phone 390×844, overview and
+// device view, and the stale page) are kept.
+func TestDemoPageHistoryViewsAndStale(t *testing.T) {
+	testenv.Need(t, "chromium")
+	dataDir := t.TempDir()
+	args := []string{"-devices", "6", "-interval", "500ms", "-upstream=false", "-data-dir", dataDir}
+	p, page := startDemo(t, args...)
+	// Some history first: at least 8 samples of the last tag.
+	waitFor(t, 30*time.Second, "8 samples of logger-06/humidity in /api/history", func() bool {
+		var h historyJSON
+		return getJSON(t, page+"api/history?device=logger-06&tag=humidity&from="+fmt.Sprint(time.Now().Add(-time.Minute).UnixMicro()), &h) == nil &&
+			h.Kind == "raw" && len(h.TS) >= 8
+	})
+	shots := artifactDir(t)
+	b := testenv.StartBrowser(t, page, 1280, 900)
+	b.Viewport(1280, 900, false)
+
+	// Right after open: every trend filled from the history (not from the
+	// live stream, which has given only a second or two by then) and drawn.
+	took := b.WaitJS(15*time.Second, "every trend filled from /api/history",
+		`document.querySelectorAll('tr[data-hist-points]').length === 12 && [...document.querySelectorAll('tr[data-hist-points]')].every(r => +r.dataset.histPoints >= 8)`,
+		`[...document.querySelectorAll('tr')].map(r => r.dataset.tag + ':' + r.dataset.histPoints)`)
+	t.Logf("trends filled from history %v after the page opened", took.Round(time.Millisecond))
+	b.WaitJS(5*time.Second, "every sparkline drawn as a line", `[...document.querySelectorAll('path.line')].length === 12 && [...document.querySelectorAll('path.line')].every(p => /M[0-9.]+,[0-9.]+ L[0-9.]+,[0-9.]+ L/.test(p.getAttribute('d')))`,
+		`[...document.querySelectorAll('path.line')].map(p => p.getAttribute('d').slice(0, 40))`)
+	b.WaitJS(5*time.Second, "live", `document.body.dataset.live === 'live'`, `document.body.dataset.live`)
+	b.Screenshot(filepath.Join(shots, "page-desktop.png"))
+
+	// The device view: a chart per tag with a time axis and a value axis
+	// labelled with the unit, a legend that reads out the value under the
+	// pointer, and the health chart.
+	if err := b.Eval(`location.hash = '#device=logger-01'`, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJS(20*time.Second, "the device view of logger-01", `document.body.dataset.viewLoaded === 'logger-01@600'`, `document.body.dataset.viewLoaded`)
+	var charts []struct {
+		Tag, Head string
+		Axes      int
+		Canvas    bool
+	}
+	if err := b.Eval(`[...document.querySelectorAll('#v-charts .chart')].map(c => ({tag: c.dataset.tag, head: c.querySelector('h3').textContent,
+		axes: c.querySelectorAll('.u-axis').length, canvas: !!c.querySelector('canvas')}))`, &charts); err != nil {
+		t.Fatal(err)
+	}
+	units := map[string]string{"temperature": "°C", "humidity": "%RH"}
+	if len(charts) != 2 {
+		t.Fatalf("device view: %d charts, want 2: %+v", len(charts), charts)
+	}
+	for _, c := range charts {
+		if c.Axes < 2 || !c.Canvas || !strings.Contains(c.Head, "("+units[c.Tag]+")") {
+			t.Errorf("chart %+v: want 2 axes, a canvas and the unit %s", c, units[c.Tag])
+		}
+	}
+	// Hover: move the pointer over the temperature plot; the legend reads the value with its unit.
+	var box struct{ X, Y, W, H float64 }
+	if err := b.Eval(`(() => { const r = document.querySelector('#v-charts .chart[data-tag=temperature] .u-over').getBoundingClientRect();
+		return {x: r.x, y: r.y, w: r.width, h: r.height}; })()`, &box); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Call("Input.dispatchMouseEvent", map[string]any{"type": "mouseMoved", "x": box.X + box.W*0.97, "y": box.Y + box.H/2}); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJS(5*time.Second, "a hover read-out with the unit", `[...document.querySelectorAll('#v-charts .chart[data-tag=temperature] .u-legend .u-value')].some(v => v.textContent.endsWith('°C'))`,
+		`[...document.querySelectorAll('#v-charts .chart[data-tag=temperature] .u-legend .u-value')].map(v => v.textContent)`)
+	var health int
+	if err := b.Eval(`document.querySelectorAll('#v-health .u-axis').length`, &health); err != nil || health < 3 {
+		t.Errorf("health chart: %d axes (want time, valid %%, RTT ms), %v", health, err)
+	}
+	b.Screenshot(filepath.Join(shots, "device-desktop.png"))
+	// The other ranges come as buckets: 1 h of 1-minute ones, 7 d of 10-minute ones.
+	for _, r := range []struct{ secs, note string }{{"3600", "buckets of 60 s"}, {"604800", "buckets of 10 min"}} {
+		if err := b.Eval(`document.querySelector('#ranges [data-range="`+r.secs+`"]').click()`, nil); err != nil {
+			t.Fatal(err)
+		}
+		b.WaitJS(20*time.Second, "the "+r.secs+" s range", `document.body.dataset.viewLoaded === 'logger-01@`+r.secs+`' && [...document.querySelectorAll('#v-charts .chart')].every(c => c.querySelectorAll('.u-axis').length >= 2 && c.querySelector('.note').textContent.includes('`+r.note+`'))`,
+			`[...document.querySelectorAll('#v-charts .chart .note')].map(n => n.textContent)`)
+	}
+	if err := b.Eval(`document.querySelector('#ranges [data-range="600"]').click()`, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The same on a phone.
+	b.Viewport(390, 844, true)
+	b.WaitJS(5*time.Second, "the charts resized to the phone", `document.querySelector('#v-charts .chart canvas').getBoundingClientRect().width <= 390`, `document.querySelector('#v-charts .chart canvas').getBoundingClientRect().width`)
+	b.Screenshot(filepath.Join(shots, "device-phone.png"))
+	if err := b.Eval(`location.hash = ''`, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJS(5*time.Second, "the overview", `!document.body.classList.contains('viewing')`, "")
+	b.Screenshot(filepath.Join(shots, "page-phone.png"))
+	b.Viewport(1280, 900, false)
+
+	// The gateway goes away: within 5 s every value is shown as old, with the time since.
+	u, _ := url.Parse(page)
+	p.stop(15 * time.Second)
+	stopped := time.Now()
+	took = b.WaitJS(5*time.Second, "the page to show the values as stale",
+		`document.body.dataset.live === 'stale' && !document.getElementById('banner').hidden && document.getElementById('banner').textContent.includes('gateway unreachable')`,
+		`document.body.dataset.live + ' ' + document.getElementById('banner').textContent`)
+	var grey bool
+	if err := b.Eval(`(() => { const v = document.querySelector('td.value'), s = getComputedStyle(document.body).getPropertyValue('--stale').trim();
+		const probe = document.createElement('span'); probe.style.color = s; document.body.append(probe);
+		const want = getComputedStyle(probe).color; probe.remove(); return getComputedStyle(v).color === want; })()`, &grey); err != nil || !grey {
+		t.Errorf("values are not grey while the gateway is away (%v)", err)
+	}
+	t.Logf("stale %v after the gateway stopped", took.Round(time.Millisecond))
+	b.Screenshot(filepath.Join(shots, "page-stale-desktop.png"))
+
+	// It comes back on the same address: the page is live again by itself.
+	startProc(t, append([]string{"demo", "-http", u.Host, "-stats", "0"}, args...)...).waitLine("page: ", 20*time.Second)
+	took = b.WaitJS(30*time.Second, "the page live again", `document.body.dataset.live === 'live' && document.getElementById('banner').hidden`, `document.body.dataset.live`)
+	t.Logf("live again %v after the gateway returned (%v after it stopped)", took.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
+	t.Logf("screenshots in %s", shots)
+}
+
+type wsFrame struct {
+	Type    string `json:"type"`
+	Seq     uint64 `json:"seq"`
+	Reset   bool   `json:"reset"`
+	Samples []struct {
+		Seq uint64 `json:"seq"`
+	} `json:"samples"`
+}
+
+// A WebSocket client that goes away for 30 s (a phone asleep) resumes
+// without a reset: the ring is sized to 60 s of samples at the poll rate.
+func TestWebSocketResumesAfter30s(t *testing.T) {
+	_, page := startDemo(t, "-devices", "6", "-interval", "200ms", "-upstream=false")
+	var st struct {
+		Ring struct {
+			Size          int     `json:"size"`
+			ResumeWindowS float64 `json:"resume_window_s"`
+		} `json:"ring"`
+	}
+	if err := getJSON(t, page+"api/status", &st); err != nil || st.Ring.Size != 3600 || st.Ring.ResumeWindowS != 60 {
+		t.Fatalf("ring for 6 loggers × 2 tags at 200 ms: %+v %v, want 3600 samples, 60 s", st.Ring, err)
+	}
+	wsURL := "ws" + strings.TrimPrefix(page, "http") + "api/ws"
+	dial := func() *websocket.Conn {
+		c, _, err := websocket.DefaultDialer.Dial(wsURL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	read := func(c *websocket.Conn) wsFrame {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, b, err := c.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f wsFrame
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	c := dial()
+	last := read(c).Seq // the snapshot
+	for i := 0; i < 5; i++ {
+		f := read(c)
+		if f.Type == "samples" && len(f.Samples) > 0 {
+			last = f.Samples[len(f.Samples)-1].Seq
+		}
+	}
+	c.Close()
+	// The pause is the scenario: 30 s away.
+	<-time.After(30 * time.Second)
+
+	c = dial()
+	defer c.Close()
+	if f := read(c); f.Type != "snapshot" || f.Seq < last+30*60/2 {
+		t.Fatalf("first frame after the pause: %s seq %d (left at %d)", f.Type, f.Seq, last)
+	}
+	if err := c.WriteJSON(map[string]uint64{"lastSequence": last}); err != nil {
+		t.Fatal(err)
+	}
+	// The answer: one frame of every sample since last, in order with no
+	// gap, and no reset. Live frames sent before the request was read may
+	// come first (the page applies them and the answer's repeats once each).
+	for i := 0; ; i++ {
+		f := read(c)
+		if f.Reset || f.Type != "samples" {
+			t.Fatalf("after a 30 s pause: %s reset=%v (seq %d), want the missed samples from %d", f.Type, f.Reset, f.Seq, last+1)
+		}
+		if len(f.Samples) == 0 || f.Samples[0].Seq != last+1 {
+			if i > 100 {
+				t.Fatalf("no answer to the resume from %d in 100 frames", last)
+			}
+			continue
+		}
+		for j, s := range f.Samples {
+			if s.Seq != last+1+uint64(j) {
+				t.Fatalf("gap: sample %d of the answer has seq %d, want %d", j, s.Seq, last+1+uint64(j))
+			}
+		}
+		if n := len(f.Samples); n < 30*60/2 {
+			t.Fatalf("the answer holds %d samples; 30 s at 60 samples/s is 1800", n)
+		}
+		t.Logf("resumed from %d after 30 s: %d samples in one frame, no reset", last, len(f.Samples))
+		return
+	}
+}
