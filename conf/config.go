@@ -185,7 +185,16 @@ var orders = map[string]bool{"ABCD": true, "CDAB": true, "BADC": true, "DCBA": t
 type Upstream struct {
 	WebSocket WebSocket
 	MQTT      MQTT
+	// TSUnit is the unit of ts in every upstream payload (WebSocket and MQTT
+	// batches, per-tag topics): "us" (default) or "ms" (Node-RED's Date).
+	TSUnit string
 }
+
+// Upstream ts units.
+const (
+	TSUnitMicros = "us"
+	TSUnitMillis = "ms"
+)
 
 // WebSocket is the primary upstream. URL "" = no WebSocket upstream.
 type WebSocket struct {

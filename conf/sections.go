@@ -22,6 +22,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	up := root.sub("upstream")
 	d.websocket(up.sub("websocket"), &cfg.Upstream.WebSocket)
 	d.mqtt(up.sub("mqtt"), &cfg.Upstream.MQTT, cfg.Gateway.ID)
+	cfg.Upstream.TSUnit = up.oneOf("ts_unit", DefaultTSUnit, TSUnitMicros, TSUnitMillis)
 	up.done()
 	cfg.Profiles = d.profiles(root.tables("profile"))
 	cfg.Devices = d.devices(root.tables("device"), cfg.Profiles, cfg.Poll)
