@@ -1,6 +1,7 @@
 package web
 
 import (
+	"math"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -63,7 +64,11 @@ func (s *Server) appendTagMetrics(p *promWriter, devs []deviceSnap, now time.Tim
 	for i := range latest {
 		x := &latest[i]
 		if numeric(x) && x.EffectiveQuality() == ringstore.Good {
-			p.sample("edgegw_tag_value", x.Value, "device", x.Device, "tag", x.Tag, "unit", unit(x.Device, x.Tag))
+			v := x.Value
+			if x.Kind == ringstore.KindFloat32 {
+				v = float32Decimal(v)
+			}
+			p.sample("edgegw_tag_value", v, "device", x.Device, "tag", x.Tag, "unit", unit(x.Device, x.Tag))
 		}
 	}
 	p.family("edgegw_tag_good", "gauge", "1 when the tag's latest sample has quality good; 0 for timeout, error or stale.")
@@ -83,6 +88,21 @@ func (s *Server) appendTagMetrics(p *promWriter, devs []deviceSnap, now time.Tim
 			p.sample("edgegw_tag_info", 1, "device", x.Device, "tag", x.Tag, "value", *x.Text)
 		}
 	}
+}
+
+// float32Decimal is the float64 of a float32 value's shortest decimal, so a
+// float32 register holding 123.456 is charted as 123.456, as in the JSON,
+// not 123.45600128173828.
+func float32Decimal(v float64) float64 {
+	if math.IsInf(float64(float32(v)), 0) {
+		return v
+	}
+	var buf [32]byte
+	f, err := strconv.ParseFloat(string(strconv.AppendFloat(buf[:0], v, 'g', -1, 32)), 64)
+	if err != nil {
+		return v
+	}
+	return f
 }
 
 // runtimeSamples are read with runtime/metrics: no stop-the-world, unlike

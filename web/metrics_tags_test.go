@@ -52,7 +52,7 @@ func TestTagAndProcessMetrics(t *testing.T) {
 		`edgegw_tag_value{device="logger-01",tag="t00",unit="°C"} 21.5` + "\n",
 		`edgegw_tag_value{device="logger-01",tag="t01",unit="%RH"} 3e+09` + "\n",
 		`edgegw_tag_value{device="logger-01",tag="pump",unit=""} 1` + "\n",
-		`edgegw_tag_value{device="logger-01",tag="flow",unit=""} 123.45600128173828` + "\n",
+		`edgegw_tag_value{device="logger-01",tag="flow",unit=""} 123.456` + "\n",
 		`edgegw_tag_good{device="logger-01",tag="t00"} 1` + "\n",
 		`edgegw_tag_good{device="logger-01",tag="lost"} 0` + "\n",
 		`edgegw_tag_good{device="logger-01",tag="nan"} 0` + "\n",
