@@ -65,7 +65,7 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		}
 		ring.OnAppend(g.queue.Append)
 		g.up = new(stats.Upstream)
-		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
+		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.sched.Devices, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
 			g.queue.Close()
 			g.hist.Close()
 			return nil, err

@@ -46,7 +46,9 @@ func secret(what, path string) (string, error) {
 // Write commands from the uplink are taken only over wss:// (a plain ws://
 // uplink could carry commands injected on the way); from MQTT only when
 // write_commands is on.
-func newPusher(c *conf.Config, q *ringstore.Queue, latest func() *ringstore.Snapshot, st *stats.Upstream, w push.Writer, log *slog.Logger) (*push.Pusher, error) {
+// devices gives the tag units of the per-tag payloads.
+func newPusher(c *conf.Config, q *ringstore.Queue, latest func() *ringstore.Snapshot, devices func() []stats.Entry,
+	st *stats.Upstream, w push.Writer, log *slog.Logger) (*push.Pusher, error) {
 	ws, m := c.Upstream.WebSocket, c.Upstream.MQTT
 	token, err := secret("upstream.websocket.token_file", ws.TokenFile)
 	if err != nil {
@@ -77,6 +79,7 @@ func newPusher(c *conf.Config, q *ringstore.Queue, latest func() *ringstore.Snap
 			KeyFile: m.KeyFile, ServerName: m.ServerName, NoPerTagTopics: !m.PerTagTopics, WriteCommands: m.WriteCommands,
 		},
 		Queue: q, Latest: latest, State: st, Logger: log, Writer: uplinkWriter(ws.URL, m.WriteCommands, w),
+		Devices: devices, TSMillis: c.Upstream.TSUnit == conf.TSUnitMillis,
 	})
 }
 

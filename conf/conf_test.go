@@ -163,6 +163,7 @@ tags = [ { name = "c", register = "coil", address = 0 } ]
 		Upstream: Upstream{
 			WebSocket: WebSocket{FallbackAfter: 10 * time.Second, BatchMax: 500, BatchWait: 200 * time.Millisecond},
 			MQTT:      MQTT{TopicPrefix: "edgegw/" + host, Mode: MQTTOff, QoS: 1, ClientID: "edgegw-" + host, PerTagTopics: true},
+			TSUnit:    "us",
 		},
 		Buffer: Buffer{MaxBytes: 64 << 20, Fsync: "batched", FsyncInterval: time.Second},
 	}

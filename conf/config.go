@@ -197,7 +197,16 @@ type Upstream struct {
 	WebSocket WebSocket
 	MQTT      MQTT
 	Sparkplug *Sparkplug // nil = no [upstream.sparkplug] (sparkplug.go)
+	// TSUnit is the unit of ts in every upstream payload (WebSocket and MQTT
+	// batches, per-tag topics): "us" (default) or "ms" (Node-RED's Date).
+	TSUnit string
 }
+
+// Upstream ts units.
+const (
+	TSUnitMicros = "us"
+	TSUnitMillis = "ms"
+)
 
 // WebSocket is the primary upstream. URL "" = no WebSocket upstream.
 type WebSocket struct {

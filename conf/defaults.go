@@ -63,6 +63,7 @@ import "time"
 //	tag deadband                     0                            >= 0, not on bool
 //	tag writable                     false                        holding and coil only
 //	tag min, max                     none                         min <= max
+//	[upstream] ts_unit               "us"                         us | ms: ts in every upstream payload
 //	[upstream.websocket] url         "" (none)                    ws:// or wss://
 //	[upstream.websocket] fallback_after  "10s"                    > 0
 //	[upstream.websocket] batch_max   500 samples                  > 0
@@ -123,6 +124,7 @@ const (
 	DefaultOrder        = "ABCD"
 	DefaultScale        = 1.0
 
+	DefaultTSUnit        = TSUnitMicros
 	DefaultFallbackAfter = 10 * time.Second
 	DefaultBatchMax      = 500
 	DefaultBatchWait     = 200 * time.Millisecond

@@ -137,6 +137,7 @@ var errorCases = []struct {
 	{"profile tag error", "[[profile]]\nname = \"p\"\n[[profile.tags]]\nname = \"t\"\naddress = 0\ntype = \"int8\" #!\n", []string{`profile "p": tag "t": type "int8": want int16, uint16, int32, uint32, float32, int64, uint64, float64, bool or string`}},
 
 	// Sections.
+	{"bad ts_unit", "[upstream]\nts_unit = \"s\" #!\n", []string{`upstream.ts_unit "s": want us or ms`}},
 	{"bad mqtt mode", "[upstream.mqtt]\nbroker = \"tcp://127.0.0.1:1883\"\nmode = \"sometimes\" #!\n", []string{`upstream.mqtt.mode "sometimes": want fallback, always or off`}},
 	{"mqtt mode without broker", "[upstream.mqtt]\nmode = \"always\" #!\n", []string{`upstream.mqtt.mode "always" needs a broker`}},
 	{"qos 3", "[upstream.mqtt]\nbroker = \"tcp://127.0.0.1:1883\"\nqos = 3 #!\n", []string{`upstream.mqtt.qos 3 outside 0..2`}},

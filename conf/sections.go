@@ -24,6 +24,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	d.websocket(up.sub("websocket"), &cfg.Upstream.WebSocket)
 	d.mqtt(up.sub("mqtt"), &cfg.Upstream.MQTT, cfg.Gateway.ID)
 	d.sparkplug(up, &cfg.Upstream, cfg.Gateway.ID)
+	cfg.Upstream.TSUnit = up.oneOf("ts_unit", DefaultTSUnit, TSUnitMicros, TSUnitMillis)
 	up.done()
 	cfg.Profiles = d.profiles(root.tables("profile"))
 	cfg.Devices = d.devices(root.tables("device"), cfg.Profiles, cfg.Poll)

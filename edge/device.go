@@ -56,6 +56,7 @@ type device struct {
 	backoff   time.Duration
 	values    []float64
 	texts     []*string // string tags: the value, the same pointer while unchanged
+	nan       []bool    // the tag's last value was NaN or ±Inf (logged once per episode)
 	quality   []ringstore.Quality
 	last      []ringstore.Sample // last appended sample per tag, for deadband
 	batch     []ringstore.Sample
@@ -104,6 +105,7 @@ func newDevice(dc DeviceConfig, log *slog.Logger) (*device, error) {
 		maxGap:  dc.MaxGap,
 		values:  make([]float64, len(dc.Tags)),
 		texts:   make([]*string, len(dc.Tags)),
+		nan:     make([]bool, len(dc.Tags)),
 		quality: make([]ringstore.Quality, len(dc.Tags)),
 		last:    make([]ringstore.Sample, len(dc.Tags)),
 		batch:   make([]ringstore.Sample, 0, len(dc.Tags)),
@@ -331,7 +333,15 @@ func (d *device) decode(r Read, data []byte) error {
 		}
 		v := scaled(t, raw)
 		if err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
-			err = fmt.Errorf("edge: device %q: tag %q: %w", d.cfg.Name, t.Name, ErrNotANumber)
+			// The device answered: its register says "no number" (a probe
+			// unplugged). The tag is in error, the poll and the device are not.
+			d.quality[ti] = ringstore.Error
+			if !d.nan[ti] {
+				d.nan[ti] = true
+				d.log.Warn("tag value is not a number: quality error until it is", "tag", t.Name,
+					"err", fmt.Errorf("edge: device %q: tag %q: %w (%v)", d.cfg.Name, t.Name, ErrNotANumber, v))
+			}
+			continue
 		}
 		if err != nil {
 			d.quality[ti] = ringstore.Error
@@ -342,6 +352,7 @@ func (d *device) decode(r Read, data []byte) error {
 		}
 		d.values[ti] = v
 		d.quality[ti] = ringstore.Good
+		d.nan[ti] = false
 	}
 	return firstErr
 }

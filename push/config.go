@@ -36,6 +36,12 @@ type Config struct {
 	State     *stats.Upstream            // nil = a private one
 	Logger    *slog.Logger
 
+	// Devices gives the tag units for the per-tag payloads; nil = no units.
+	Devices func() []stats.Entry
+	// TSMillis: ts in Unix milliseconds instead of microseconds in every
+	// upstream payload (batch frames say "ts_unit":"ms"; per-tag topics).
+	TSMillis bool
+
 	// Writer carries out write commands from the WebSocket uplink and (when
 	// MQTT.WriteCommands is set) the MQTT write topic. nil = every write
 	// command is answered with kind "refused".

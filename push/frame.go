@@ -20,14 +20,24 @@ import (
 // where samples were dropped and counted). first/last are the first and
 // last sample's seq.
 func appendBatch(b, gateway []byte, samples []ringstore.Sample) []byte {
+	return appendBatchTS(b, gateway, samples, false)
+}
+
+// appendBatchTS is appendBatch with ts in Unix milliseconds when ms is set
+// (ts_unit = "ms"); the frame then says so after the gateway:
+// {"type":"batch","gateway":"gw-01","ts_unit":"ms","first":…}.
+func appendBatchTS(b, gateway []byte, samples []ringstore.Sample, ms bool) []byte {
 	b = append(b, `{"type":"batch","gateway":`...)
 	b = append(b, gateway...)
+	if ms {
+		b = append(b, `,"ts_unit":"ms"`...)
+	}
 	b = append(b, `,"first":`...)
 	b = strconv.AppendUint(b, samples[0].Seq, 10)
 	b = append(b, `,"last":`...)
 	b = strconv.AppendUint(b, samples[len(samples)-1].Seq, 10)
 	b = append(b, `,"samples":`...)
-	b = ringstore.AppendJSONArray(b, samples)
+	b = ringstore.AppendJSONArrayTS(b, samples, ms)
 	return append(b, '}')
 }
 
@@ -81,6 +91,7 @@ type inFrame struct {
 	First   uint64          `json:"first"`
 	Last    uint64          `json:"last"`
 	Samples json.RawMessage `json:"samples"`
+	TSUnit  string          `json:"ts_unit"` // "ms": ts in milliseconds (ts_unit = "ms"); else µs
 	WriteAnswer
 }
 
@@ -97,6 +108,15 @@ func (raw *inFrame) batch(max int) (*batchFrame, error) {
 		if err := json.Unmarshal(raw.Samples, &f.Samples); err != nil {
 			return nil, &ProtocolError{"batch", err.Error()}
 		}
+	}
+	switch raw.TSUnit {
+	case "", "us":
+	case "ms":
+		for i := range f.Samples { // a receiver keeps microseconds whatever the gateway sends
+			f.Samples[i].TS *= 1000
+		}
+	default:
+		return nil, &ProtocolError{"batch", fmt.Sprintf("ts_unit %.10q", raw.TSUnit)}
 	}
 	if err := f.check(); err != nil {
 		return nil, err

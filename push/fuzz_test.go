@@ -20,6 +20,8 @@ func FuzzReceiverIngest(f *testing.F) {
 		{Seq: 6, Device: "logger-01", Tag: "run", Value: 1, Bool: true, TS: 1764450000123456, Quality: ringstore.Timeout}}
 	f.Add(appendBatch(nil, []byte(`"gw-01"`), s))
 	f.Add(appendBatch(nil, []byte(`"gw-01"`), s[:1]))
+	sn := "SN-4711"
+	f.Add(appendBatchTS(nil, []byte(`"gw-01"`), append(s, ringstore.Sample{Seq: 7, Device: "plc", Tag: "serial", Kind: ringstore.KindString, Text: &sn}), true))
 	f.Add([]byte(`{"type":"batch","gateway":"g","first":1,"last":1,"samples":[{"seq":1,"device":"d","tag":"t","value":null,"quality":"good","ts":0}]}`))
 	f.Add([]byte(`{"type":"batch","gateway":"g","first":2,"last":1,"samples":[]}`))
 	f.Add([]byte(`{"type":"batch","gateway":"g","first":1,"last":3,"samples":[null,null,null]}`))

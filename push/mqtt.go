@@ -2,8 +2,11 @@ package push
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,7 +175,7 @@ func (p *Pusher) mqttSender(ctx context.Context, l *mqttLink) {
 			now := time.Now()
 			if batch := bt.next(p.q, after, now); batch != nil {
 				last := batch[len(batch)-1].Seq
-				tok := l.c.Publish(topic, m.QoS, false, appendBatch(nil, p.gwJSON, batch))
+				tok := l.c.Publish(topic, m.QoS, false, appendBatchTS(nil, p.gwJSON, batch, p.cfg.TSMillis))
 				inflight = append(inflight, pub{tok: tok, last: last, n: len(batch), sent: now})
 				after = last
 				continue
@@ -259,8 +262,9 @@ func (p *Pusher) mirrorLoop(ctx context.Context, l *mqttLink, frames <-chan []by
 // perTagLoop publishes the latest value of every tag to the retained topic
 // <prefix>/<device>/<tag> at QoS 0, payload
 //
-//	{"value":21.5,"quality":"good","ts":1764450000123456,"seq":42}
+//	{"value":21.5,"quality":"good","ts":1764450000123456,"seq":42,"unit":"°C"}
 //
+// (ts in µs, or ms with TSMillis; unit only when the tag has one)
 // at most once per BatchWait, only what changed since the last round, and
 // everything again after each (re)connect. QoS 0 published while paho is
 // reconnecting is dropped silently: by design for "last value" topics, and
@@ -287,12 +291,13 @@ func (p *Pusher) perTagLoop(ctx context.Context, l *mqttLink) {
 			if snap == nil {
 				snap = &ringstore.Snapshot{}
 			}
+			unit := p.unitIndex()
 			for i := range snap.Latest {
 				s := &snap.Latest[i]
 				if !all && s.Seq <= published {
 					continue
 				}
-				payload := appendTagValue(nil, s) // paho keeps the slice until written: never reuse it
+				payload := appendTagPayload(nil, s, unit(s.Device, s.Tag), p.cfg.TSMillis) // paho keeps the slice until written: never reuse it
 				l.c.Publish(l.prefix+"/"+topicPart(s.Device)+"/"+topicPart(s.Tag), 0, true, payload)
 			}
 			published, connSeen = snap.Seq, cs
@@ -309,15 +314,46 @@ func (p *Pusher) perTagLoop(ctx context.Context, l *mqttLink) {
 
 // appendTagValue writes {"value":…,"quality":…,"ts":…,"seq":…} using the
 // sample's own encoder for the value.
-func appendTagValue(b []byte, s *ringstore.Sample) []byte {
-	j := s.AppendJSON(nil)
+func appendTagValue(b []byte, s *ringstore.Sample) []byte { return appendTagPayload(b, s, "", false) }
+
+// appendTagPayload is appendTagValue with the tag's unit (left out when
+// empty) and ts in milliseconds when ms is set.
+func appendTagPayload(b []byte, s *ringstore.Sample, unit string, ms bool) []byte {
+	j := s.AppendJSONTS(nil, ms)
 	// {"seq":N,"device":"..","tag":"..","value":V,"quality":"q","ts":T}
 	i := strings.Index(string(j), `,"value":`)
 	b = append(b, '{')
 	b = append(b, j[i+1:len(j)-1]...)
 	b = append(b, `,"seq":`...)
-	b = fmt.Appendf(b, "%d}", s.Seq)
-	return b
+	b = strconv.AppendUint(b, s.Seq, 10)
+	if unit != "" {
+		u, _ := json.Marshal(unit)
+		b = append(b, `,"unit":`...)
+		b = append(b, u...)
+	}
+	return append(b, '}')
+}
+
+// unitIndex returns a lookup of tag units over the current devices (one
+// sorted copy per round of per-tag publishing; "" without Devices).
+func (p *Pusher) unitIndex() func(device, tag string) string {
+	if p.cfg.Devices == nil {
+		return func(string, string) string { return "" }
+	}
+	devs := p.cfg.Devices()
+	sort.Slice(devs, func(i, j int) bool { return devs[i].Info.Name < devs[j].Info.Name })
+	return func(device, tag string) string {
+		i := sort.Search(len(devs), func(i int) bool { return devs[i].Info.Name >= device })
+		if i == len(devs) || devs[i].Info.Name != device {
+			return ""
+		}
+		for _, t := range devs[i].Info.Tags {
+			if t.Name == tag {
+				return t.Unit
+			}
+		}
+		return ""
+	}
 }
 
 // topicPart makes a name safe as one MQTT topic level.

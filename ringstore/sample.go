@@ -91,7 +91,12 @@ func (s *Sample) EffectiveQuality() Quality {
 
 // AppendJSON appends the sample's JSON object to b. It allocates nothing
 // beyond growing b and is the encoder every consumer uses (web, push).
-func (s *Sample) AppendJSON(b []byte) []byte {
+func (s *Sample) AppendJSON(b []byte) []byte { return s.AppendJSONTS(b, false) }
+
+// AppendJSONTS is AppendJSON with ts in Unix milliseconds when ms is set
+// (upstream ts_unit = "ms", for consumers such as Node-RED that expect
+// JavaScript time): the microseconds are cut, not rounded.
+func (s *Sample) AppendJSONTS(b []byte, ms bool) []byte {
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendUint(b, s.Seq, 10)
 	b = append(b, `,"device":`...)
@@ -117,7 +122,14 @@ func (s *Sample) AppendJSON(b []byte) []byte {
 	b = append(b, `,"quality":"`...)
 	b = append(b, q.String()...)
 	b = append(b, `","ts":`...)
-	b = strconv.AppendInt(b, s.TS, 10)
+	ts := s.TS
+	if ms {
+		ts = ts / 1000
+		if s.TS < 0 && s.TS%1000 != 0 {
+			ts-- // floor: a time before 1970 stays before its millisecond
+		}
+	}
+	b = strconv.AppendInt(b, ts, 10)
 	return append(b, '}')
 }
 
@@ -158,13 +170,16 @@ func appendNumber(b []byte, v float64, f32 bool) []byte {
 func (s Sample) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil), nil }
 
 // AppendJSONArray appends [s0,s1,...] to b.
-func AppendJSONArray(b []byte, samples []Sample) []byte {
+func AppendJSONArray(b []byte, samples []Sample) []byte { return AppendJSONArrayTS(b, samples, false) }
+
+// AppendJSONArrayTS is AppendJSONArray with ts in milliseconds when ms is set.
+func AppendJSONArrayTS(b []byte, samples []Sample, ms bool) []byte {
 	b = append(b, '[')
 	for i := range samples {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = samples[i].AppendJSON(b)
+		b = samples[i].AppendJSONTS(b, ms)
 	}
 	return append(b, ']')
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -154,4 +155,20 @@ func FuzzSampleJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestSampleJSONMillis(t *testing.T) {
+	for _, c := range []struct {
+		us   int64
+		want string
+	}{{1764450000123456, "1764450000123"}, {999, "0"}, {-1, "-1"}, {-1000, "-1"}, {-1001, "-2"}} {
+		s := Sample{Value: 1, TS: c.us}
+		j := string(s.AppendJSONTS(nil, true))
+		if !strings.HasSuffix(j, `"ts":`+c.want+"}") {
+			t.Errorf("%d µs: %s, want ts %s", c.us, j, c.want)
+		}
+		if a := string(AppendJSONArrayTS(nil, []Sample{s}, true)); a != "["+j+"]" {
+			t.Errorf("array %s", a)
+		}
+	}
 }

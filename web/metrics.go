@@ -245,5 +245,7 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 		p.sample("edgegw_upstream_sent_total", float64(u.SentWS), "path", stats.PathWebSocket)
 		p.sample("edgegw_upstream_sent_total", float64(u.SentMQTT), "path", stats.PathMQTT)
 	}
+	s.appendTagMetrics(p, devs, now) // metrics_tags.go: tag values, process and Go figures
+	appendProcessMetrics(p)
 	return p.b
 }

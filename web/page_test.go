@@ -92,11 +92,13 @@ func TestPageInChromium(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	serial := "SN-4711 <b>"
 	last := []ringstore.Sample{
 		{Device: "logger-01", Tag: "t00", Value: 21.5, TS: time.Now().UnixMicro()},
 		{Device: "logger-01", Tag: "t01", Value: 45.25, TS: time.Now().UnixMicro()},
 		{Device: "logger-02", Tag: "t00", Value: 1, Bool: true, TS: time.Now().UnixMicro()},
 		{Device: "logger-02", Tag: "t01", Quality: ringstore.Timeout, TS: time.Now().UnixMicro()},
+		{Device: "logger-02", Tag: "serial", Kind: ringstore.KindString, Text: &serial, TS: time.Now().UnixMicro()},
 	}
 	if _, _, err := ts.ring.Append(last); err != nil {
 		t.Fatal(err)
@@ -144,6 +146,7 @@ func TestPageInChromium(t *testing.T) {
 		{"logger-01", "t01", `<span class="num">45.25</span>`},
 		{"logger-02", "t00", `<span class="num">true</span>`},
 		{"logger-02", "t01", `data-quality="timeout"`},
+		{"logger-02", "serial", `<span class="num">SN-4711 &lt;b&gt;</span>`},
 		{"logger-01", "t00", `<path class="line" d="M`},
 	} {
 		if r := row(c.dev, c.tag); !strings.Contains(r, c.want) {
