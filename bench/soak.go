@@ -571,10 +571,11 @@ func (s *soakRun) config(k int) (string, bool) {
 	unopenable := s.cfg.Unopenable && k%2 == 1
 	if unopenable {
 		if k%4 == 1 {
-			fmt.Fprintf(&b, "[[device]]\nname = \"unplugged-%d\"\ntransport = \"rtu\"\naddress = \"/dev/ttyEDGEGWSOAK%d\"\nprofile = \"th\"\ninterval = %q\n", k, k, s.cfg.Interval.String())
+			fmt.Fprintf(&b, "[[device]]\nname = \"unplugged-%d\"\ntransport = \"rtu\"\naddress = \"/dev/ttyEDGEGWSOAK%d\"\n", k, k)
 		} else {
-			fmt.Fprintf(&b, "[[device]]\nname = \"unresolvable-%d\"\ntransport = \"udp\"\naddress = \"soak-%d.invalid:502\"\nprofile = \"th\"\ninterval = %q\n", k, k, s.cfg.Interval.String())
+			fmt.Fprintf(&b, "[[device]]\nname = \"unresolvable-%d\"\ntransport = \"udp\"\naddress = \"soak-%d.invalid:502\"\n", k, k)
 		}
+		fmt.Fprintf(&b, "profile = \"th\"\ninterval = %q\ntimeout = %q\n", s.cfg.Interval.String(), s.cfg.Timeout.String())
 	}
 	return b.String(), unopenable
 }
@@ -888,6 +889,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	rep.Events = ev
 	rep.CPUPercent = cpuPercent(u0, uEnd)
 	if gw.exited() {
+		rep.trends(cfg.Warmup)
 		rep.Log = gw.logSum()
 		rep.ExitCode = gw.code
 		return rep, fmt.Errorf("bench: soak: the gateway died after %.0fs (exit %d): %s", time.Since(start).Seconds(), gw.code, strings.Join(rep.Log.Last, "\n"))
