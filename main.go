@@ -34,7 +34,7 @@ usage:
   edgegw check   -config FILE              validate a config, print devices, tags and read plan
   edgegw sim     -devices N -transport tcp|udp|rtu …   simulated loggers alone
   edgegw receive -listen ADDR -out FILE.jsonl          reference upstream receiver
-  edgegw bench   acquire|deliver …                     the measurement stand (docs/BENCHMARKS.md)
+  edgegw bench   acquire|deliver|soak …                the measurement stand and the soak (docs/BENCHMARKS.md)
   edgegw hash-password < password                      hash for [http] basic_auth_hash_file
   edgegw version
 
