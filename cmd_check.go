@@ -14,7 +14,10 @@ import (
 )
 
 // cmdCheck validates a config file and prints what the gateway would do
-// with it: the device/tag table and the read requests of every poll.
+// with it: the device/tag table and the read requests of every poll. It
+// also checks what run needs (preflight): it fails exactly when run would
+// refuse to start, and warns about what run starts without (a missing
+// serial port).
 func cmdCheck(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	path := fs.String("config", "", "config file to validate (required)")
@@ -33,6 +36,9 @@ func cmdCheck(args []string, out io.Writer) error {
 	sched, err := newScheduler(c, nil, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		return errInvalidConfig
+	}
+	if errs, warns := preflight(c); !printPreflight(os.Stderr, errs, warns) {
 		return errInvalidConfig
 	}
 	c.WriteTable(out)

@@ -1,3 +1,5 @@
+//go:build !nolab
+
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"edgegw/conf"
+	"edgegw/lab/mqttbroker"
 	"edgegw/push"
 	"edgegw/sim"
 	"edgegw/stats"
@@ -34,6 +37,7 @@ func cmdDemo(args []string) error {
 	printConfig := fs.Bool("print-config", false, "print the generated gateway config and exit")
 	upstream := fs.Bool("upstream", true, "also run the reference receiver and an embedded MQTT broker, and push to them")
 	receiveOut := fs.String("receive-out", "", "JSON lines file for what the receiver gets (empty: discard)")
+	spb := fs.Bool("sparkplug", false, "also run a Sparkplug B edge node (group \"demo\", node \"demo\", DCMD writes on) on the embedded broker")
 	faults := faultFlags(fs)
 	newLog := logFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -55,6 +59,11 @@ func cmdDemo(args []string) error {
 			return err
 		}
 	}
+	if *spb && up.broker == "" && !*printConfig {
+		fleet.Close()
+		return errors.New("-sparkplug needs -upstream (the embedded broker)")
+	}
+	up.sparkplug = *spb
 	text := demoConfig(fleet, *transport, *tcpMode, *httpAddr, *dataDir, *interval, up)
 	if *printConfig {
 		fmt.Print(text)
@@ -94,6 +103,10 @@ func cmdDemo(args []string) error {
 		fmt.Printf("upstream: WebSocket receiver %s, MQTT broker %s (fallback)\n", up.wsURL, up.broker)
 		fmt.Printf("watch:    mosquitto_sub -h %s -p %s -t 'edgegw/demo/#' -v\n", up.host, up.port)
 	}
+	if up.sparkplug {
+		fmt.Printf("sparkplug: topic spBv1.0/demo/+/demo/# (group demo, node demo; payloads are protobuf, shown in hex)\n")
+		fmt.Printf("watch:     mosquitto_sub -h %s -p %s -t 'spBv1.0/#' -F '%%t %%x'\n", up.host, up.port)
+	}
 	fmt.Println("press Ctrl-C to stop")
 	err = runStages(ctx, log, 10*time.Second, pieces)
 	fmt.Println("edgegw demo: stopped")
@@ -103,6 +116,7 @@ func cmdDemo(args []string) error {
 // demoUpstream is where the demo's gateway pushes to ("" fields: nowhere).
 type demoUpstream struct {
 	wsURL, broker, host, port string
+	sparkplug                 bool // add [upstream.sparkplug] on the broker
 }
 
 // startDemoUpstream binds the reference receiver and an embedded MQTT
@@ -122,7 +136,7 @@ func startDemoUpstream(out string, log *slog.Logger) (demoUpstream, []piece, err
 	if err != nil {
 		return demoUpstream{}, nil, err
 	}
-	broker := push.NewBroker(push.BrokerConfig{Listen: "127.0.0.1:0", Logger: log.With("pkg", "broker")})
+	broker := mqttbroker.New(mqttbroker.Config{Listen: "127.0.0.1:0", Logger: log.With("pkg", "broker")})
 	baddr, err := broker.Listen()
 	if err != nil {
 		return demoUpstream{}, nil, err
@@ -161,6 +175,9 @@ tags = [
 	if up.wsURL != "" {
 		fmt.Fprintf(&b, "\n[upstream.websocket]\nurl = %q\nfallback_after = \"5s\"\n", up.wsURL)
 		fmt.Fprintf(&b, "\n[upstream.mqtt]\nbroker = %q\ntopic_prefix = \"edgegw/demo\"\nmode = \"fallback\"\nqos = 1\n", up.broker)
+	}
+	if up.sparkplug {
+		b.WriteString("\n[upstream.sparkplug]\ngroup_id = \"demo\"\nnode_id = \"demo\"\nwrites = true\n")
 	}
 	for i := 0; i < f.Len(); i++ {
 		fmt.Fprintf(&b, "\n[[device]]\nname = \"logger-%02d\"\ntransport = %q\naddress = %q\nunit = 1\nprofile = \"th-logger\"\ninterval = %q\ntimeout = %q\nretries = 1\n",

@@ -35,6 +35,13 @@ func cmdRun(args []string) error {
 		printConfErrors(os.Stderr, err)
 		return errInvalidConfig
 	}
+	errs, warns := preflight(c)
+	if !printPreflight(os.Stderr, errs, nil) {
+		return errInvalidConfig
+	}
+	for _, w := range warns {
+		log.Warn(w)
+	}
 	g, err := newGateway(c, log)
 	if err != nil {
 		return err
@@ -60,7 +67,9 @@ func cmdRun(args []string) error {
 
 // reloadOnSignal re-reads the config on SIGHUP (and, with watch > 0, when
 // the file's size or modification time changes) and applies it: an invalid
-// file is refused and the running config stays; the device set is applied
+// file is refused and the running config stays, and so is one without
+// devices (an empty or truncated file) unless it says allow_empty = true;
+// a device whose transport does not open is added down and retried; the device set is applied
 // at once (unchanged devices keep polling without a gap, clients stay
 // connected, the sequence continues); changes to other sections are named
 // in the log as needing a restart.
@@ -112,6 +121,18 @@ func reload(ctx context.Context, g *gateway, path string, log *slog.Logger) {
 	if err != nil {
 		log.Error("reload: config invalid; the running one stays", "config", path, "err", err)
 		return
+	}
+	if running := len(g.sched.Devices()); len(ec.Devices) == 0 && running > 0 && !c.AllowEmpty {
+		log.Error("reload: config refused: it has no devices and would stop all polling (set allow_empty = true to allow it); the running one stays",
+			"config", path, "running_devices", running)
+		return
+	}
+	errs, warns := preflight(c)
+	for _, w := range warns {
+		log.Warn("reload: "+w, "config", path)
+	}
+	for _, e := range errs {
+		log.Warn("reload: the next restart would fail with this config", "config", path, "err", e)
 	}
 	res, err := g.sched.Reload(ctx, ec.Devices)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"edgegw/conf"
 	"edgegw/edge"
+	"edgegw/history"
 	"edgegw/push"
 	"edgegw/ringstore"
 	"edgegw/stats"
@@ -21,10 +22,12 @@ type gateway struct {
 	log   *slog.Logger
 	ring  *ringstore.Ring
 	sched *edge.Scheduler
+	hist  *history.Store
 	web   *web.Server
 	up    *stats.Upstream  // nil when no upstream is configured
 	queue *ringstore.Queue // nil when no upstream is configured
 	push  *push.Pusher     // nil when no upstream is configured
+	spb   *sparkplugParts  // nil without [upstream.sparkplug] (sparkplug_wire.go)
 }
 
 func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
@@ -32,12 +35,18 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	ring := ringstore.NewRing(c.Ring.Size, seq)
-	sched, err := newScheduler(c, ring, log.With("pkg", "edge"))
+	size, window := ringSize(c)
+	ring := ringstore.NewRing(size, seq)
+	g := &gateway{cfg: c, log: log, ring: ring}
+	g.hist, err = history.Open(historyConfig(c, func() []stats.Entry { return g.sched.Devices() }, log.With("pkg", "history")))
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{cfg: c, log: log, ring: ring, sched: sched}
+	if g.sched, err = newScheduler(c, teeSink{ring, g.hist}, log.With("pkg", "edge")); err != nil {
+		g.hist.Close()
+		return nil, err
+	}
+	log.Info("ring sized", "samples", size, "resume_window", window.Round(time.Second))
 	writeToken, err := secret("http.write_token_file", c.HTTP.WriteTokenFile)
 	if err != nil {
 		return nil, err
@@ -56,20 +65,30 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		}
 		ring.OnAppend(g.queue.Append)
 		g.up = new(stats.Upstream)
-		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.up, edgeWriter{sched}, log.With("pkg", "push")); err != nil {
+		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
 			g.queue.Close()
+			g.hist.Close()
 			return nil, err
 		}
+	}
+	if err := g.addSparkplug(c, edgeWriter{g.sched}, log.With("pkg", "sparkplug")); err != nil {
+		if g.queue != nil {
+			g.queue.Close()
+		}
+		g.hist.Close()
+		return nil, err
 	}
 	g.web = web.New(web.Config{
 		Listen: c.HTTP.Listen, LongPollTimeout: c.HTTP.LongPollTimeout, MaxClients: c.HTTP.MaxClients,
 		MaxRequestBytes: c.HTTP.MaxRequestBytes, ReadHeaderTimeout: c.HTTP.ReadHeaderTimeout,
 		IdleTimeout: c.HTTP.IdleTimeout, WriteTimeout: c.HTTP.WriteTimeout, AllowedOrigins: c.HTTP.AllowedOrigins,
 		GatewayID: c.Gateway.ID, Version: version,
-		WriteToken: writeToken, Writer: edgeWriter{sched}, ReadToken: readToken,
+		WriteToken: writeToken, Writer: edgeWriter{g.sched}, ReadToken: readToken,
 		BasicAuthUser: c.HTTP.BasicAuthUser, BasicAuthHash: basicHash, ProtectMetrics: c.HTTP.ProtectMetrics,
 		TLSCertFile: c.HTTP.TLSCertFile, TLSKeyFile: c.HTTP.TLSKeyFile,
-		Ring: ring, Devices: sched, Upstream: g.up, Logger: log.With("pkg", "web"),
+		RateLimit: web.RateLimits{ExemptLoopback: c.HTTP.ExemptLoopback},
+		Ring:      ring, Devices: g.sched, Upstream: g.up, Logger: log.With("pkg", "web"),
+		History: g.hist, RingInfo: web.RingInfo{Size: size, Window: window},
 	})
 	return g, nil
 }
@@ -172,6 +191,17 @@ func (g *gateway) pieces() []piece {
 				return errors.Join(err, g.queue.Close()) // writes what is still waiting
 			}},
 			piece{"push", g.push.Run})
+	}
+	ps = append(ps, piece{"history", func(ctx context.Context) error {
+		err := g.hist.Run(ctx) // writes the closed buckets still pending
+		return errors.Join(err, g.hist.Close())
+	}})
+	if g.spb != nil {
+		ps = append(ps,
+			piece{"sparkplug queue", func(ctx context.Context) error {
+				return errors.Join(g.spb.queue.Run(ctx), g.spb.queue.Close())
+			}},
+			piece{"sparkplug", g.spb.node.Run})
 	}
 	return append(ps, piece{"web", g.web.Serve}, piece{"edge", g.sched.Run})
 }

@@ -1,15 +1,18 @@
 module edgegw
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/BurntSushi/toml v1.6.0
+	github.com/coreos/go-systemd/v22 v22.6.0
 	github.com/eclipse/paho.mqtt.golang v1.5.1
 	github.com/goburrow/modbus v0.1.0
 	github.com/goburrow/serial v0.1.0
 	github.com/gorilla/websocket v1.5.3
 	github.com/mochi-mqtt/server/v2 v2.7.9
 	go.uber.org/goleak v1.3.0
+	google.golang.org/protobuf v1.36.11
+	golang.org/x/time v0.16.0
 )
 
 require (

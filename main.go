@@ -14,8 +14,6 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
-
-	"edgegw/bench"
 )
 
 // Stamped by the Makefile (-X main.version=… etc.).
@@ -29,21 +27,27 @@ const usage = `edgegw: a Modbus edge gateway (TCP, UDP, RTU) with local delivery
 
 usage:
   edgegw run     -config FILE              the gateway
-  edgegw demo    [-devices 48] [-http 127.0.0.1:8080]
-                                           simulated loggers + gateway + page, all on loopback
   edgegw check   -config FILE              validate a config, print devices, tags and read plan
-  edgegw sim     -devices N -transport tcp|udp|rtu …   simulated loggers alone
-  edgegw receive -listen ADDR -out FILE.jsonl          reference upstream receiver
-  edgegw bench   acquire|deliver|soak …                the measurement stand and the soak (docs/BENCHMARKS.md)
-  edgegw hash-password < password                      hash for [http] basic_auth_hash_file
+  edgegw hash-password < password          hash for [http] basic_auth_hash_file
   edgegw version
+`
 
+// labUsage lists the lab's commands; lab.go sets it (and fills labCommands)
+// unless the binary is built with -tags nolab, as the release gateway is.
+var labUsage = `
+The lab (demo, sim, receive, bench) is not in this build: it ships as edgegw-lab.
+`
+
+// labCommands are the lab's subcommands by name, filled by lab.go.
+var labCommands = map[string]func(args []string) error{}
+
+const usageTail = `
 Run "edgegw COMMAND -h" for the flags of one command.
 `
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
+		fmt.Fprint(os.Stderr, usage+labUsage+usageTail)
 		os.Exit(2)
 	}
 	cmd, args := os.Args[1], os.Args[2:]
@@ -51,25 +55,21 @@ func main() {
 	switch cmd {
 	case "run":
 		err = cmdRun(args)
-	case "demo":
-		err = cmdDemo(args)
 	case "check":
 		err = cmdCheck(args, os.Stdout)
-	case "sim":
-		err = cmdSim(args)
-	case "receive":
-		err = cmdReceive(args)
-	case "bench":
-		err = bench.Main(args, os.Stdout)
 	case "hash-password":
 		err = cmdHashPassword(args)
 	case "version", "-version", "--version":
 		fmt.Printf("edgegw %s (commit %s, built %s, %s %s/%s)\n", version, commit, date, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	case "help", "-h", "-help", "--help":
-		fmt.Print(usage)
+		fmt.Print(usage + labUsage + usageTail)
 	default:
-		fmt.Fprintf(os.Stderr, "edgegw: unknown command %q\n\n%s", cmd, usage)
-		os.Exit(2)
+		lab, ok := labCommands[cmd]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "edgegw: unknown command %q\n\n%s", cmd, usage+labUsage+usageTail)
+			os.Exit(2)
+		}
+		err = lab(args)
 	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):

@@ -57,7 +57,13 @@ type proc struct {
 // startProc runs edgegw with args until the test ends (SIGKILL at cleanup).
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	return startProcBin(t, bin, args...)
+}
+
+// startProcBin is startProc with another edgegw binary (an installed copy).
+func startProcBin(t *testing.T, binary string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {

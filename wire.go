@@ -2,10 +2,18 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"time"
+	"unsafe"
 
 	"edgegw/conf"
 	"edgegw/edge"
 	"edgegw/edge/modbus"
+	"edgegw/history"
+	"edgegw/ringstore"
+	"edgegw/stats"
 )
 
 // edgeConfig maps the resolved config onto edge's own Config.
@@ -52,8 +60,72 @@ func edgeTag(t conf.Tag) (edge.Tag, error) {
 		return edge.Tag{}, err
 	}
 	return edge.Tag{
-		Name: t.Name, Register: reg, Address: t.Address, Type: typ, Order: order, Bit: t.Bit,
+		Name: t.Name, Register: reg, Address: t.Address, Type: typ, Order: order, Bit: t.Bit, Length: t.Length,
 		Scale: t.Scale, Offset: t.Offset, Unit: t.Unit, Deadband: t.Deadband,
 		Writable: t.Writable, Min: t.Min, Max: t.Max,
 	}, nil
 }
+
+// Ring sizing when [ring] size is not set: enough samples for a client to
+// resume resumeWindow back at the configured poll rate, never fewer than
+// ringstore.DefaultRingSize, never more than ringMaxBytes of samples.
+const (
+	resumeWindow = 60 * time.Second
+	ringMaxBytes = 8 << 20
+)
+
+// ringSampleBytes is one ring slot (ringstore.Sample: 64 bytes on 64-bit
+// targets, 48 on armv7); names share the config's strings.
+var ringSampleBytes = int(unsafe.Sizeof(ringstore.Sample{}))
+
+// samplesPerSecond is the configured rate: every device's tags per interval.
+func samplesPerSecond(c *conf.Config) float64 {
+	var r float64
+	for _, d := range c.Devices {
+		if d.Interval > 0 {
+			r += float64(len(d.Tags)) / d.Interval.Seconds()
+		}
+	}
+	return r
+}
+
+// ringSize is [ring] size, or the size that holds resumeWindow of samples
+// at the configured rate (at most ringMaxBytes), and the window it gives.
+func ringSize(c *conf.Config) (int, time.Duration) {
+	rate := samplesPerSecond(c)
+	n := c.Ring.Size
+	if n <= 0 {
+		n = int(math.Ceil(rate * resumeWindow.Seconds()))
+		n = min(max(n, ringstore.DefaultRingSize), ringMaxBytes/ringSampleBytes)
+	}
+	if rate == 0 {
+		return n, 0
+	}
+	return n, time.Duration(float64(n) / rate * float64(time.Second))
+}
+
+// historyConfig maps the config onto history's Config.
+func historyConfig(c *conf.Config, devices func() []stats.Entry, log *slog.Logger) history.Config {
+	hc := history.Config{Devices: devices, Logger: log}
+	if c.Gateway.DataDir != "" {
+		hc.Dir = filepath.Join(c.Gateway.DataDir, "history")
+	}
+	return hc
+}
+
+// teeSink hands each poll's samples to the ring (which numbers them) and
+// then to the history.
+type teeSink struct {
+	ring *ringstore.Ring
+	hist *history.Store
+}
+
+func (t teeSink) Append(batch []ringstore.Sample) (first, last uint64, err error) {
+	first, last, err = t.ring.Append(batch)
+	if err == nil {
+		t.hist.Add(batch)
+	}
+	return first, last, err
+}
+
+var _ edge.Sink = teeSink{}

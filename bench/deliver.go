@@ -561,7 +561,8 @@ func childDeliver(in io.Reader, out io.Writer) error {
 			return err
 		}
 	}
-	srv := web.New(web.Config{Listen: "127.0.0.1:0", Ring: ring, MaxClients: max(2*spec.Clients, web.DefaultMaxClients)})
+	srv := web.New(web.Config{Listen: "127.0.0.1:0", Ring: ring, MaxClients: max(2*spec.Clients, web.DefaultMaxClients),
+		RateLimit: web.RateLimits{ExemptLoopback: true}}) // the load comes from loopback
 	addr, err := srv.Listen()
 	if err != nil {
 		return err

@@ -1,13 +1,14 @@
 # build/build.mk: release packaging, size budget, reproducibility and qemu
 # checks. Included by the Makefile (include build/build.mk), which defines
-# GO, VERSION, COMMIT, DATE, LDFLAGS, BUILD and the targets arm, arm64, amd64
-# (dist/edgegw-{armv7,arm64,amd64}).
+# GO, VERSION, COMMIT, DATE, LDFLAGS, BUILD, BUILD_GW and the targets arm,
+# arm64, amd64 (the gateway, dist/edgegw-{armv7,arm64,amd64}) and lab-arm,
+# lab-arm64, lab-amd64 (the lab, dist/edgegw-lab-{armv7,arm64,amd64}).
 
 RELEASE_ARCHS     := armv7 arm64 amd64
 # Every time stamp in a release comes from the commit, never the clock.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 export SOURCE_DATE_EPOCH
-SIZE_BUDGET_ARMV7 ?= 12000000
+SIZE_BUDGET_ARMV7 ?= 8000000
 REPRO_DIR         ?= dist/repro
 QEMU_AARCH64      ?= qemu-aarch64
 QEMU_ARM          ?= qemu-arm
@@ -18,11 +19,11 @@ goenv_armv7 := GOOS=linux GOARCH=arm GOARM=7
 goenv_arm64 := GOOS=linux GOARCH=arm64
 goenv_amd64 := GOOS=linux GOARCH=amd64
 # The same build with symbols, for build/symsize (the shipped one is -s -w).
-BUILD_SYMS  := $(subst -ldflags "-s -w ,-ldflags ",$(BUILD))
+BUILD_SYMS  := $(subst -ldflags "-s -w ,-ldflags ",$(BUILD_GW))
 
 .PHONY: release size repro qemu-smoke test-qemu notices
 
-release: arm arm64 amd64 ## dist/edgegw-VERSION-linux-{armv7,arm64,amd64}.tar.gz + dist/SHA256SUMS (reproducible)
+release: arm arm64 amd64 lab-arm lab-arm64 lab-amd64 ## dist/edgegw-VERSION-linux-{armv7,arm64,amd64}.tar.gz (gateway + lab) + dist/SHA256SUMS (reproducible)
 	GO="$(GO)" build/package.sh dist dist "$(VERSION)" $(RELEASE_ARCHS)
 
 notices: ## THIRD_PARTY_NOTICES of this machine's build to stdout
@@ -42,16 +43,16 @@ repro: ## build and package twice (other path, cold cache) and cmp everything
 	rm -rf $(REPRO_DIR) && mkdir -p $(REPRO_DIR)/src-a $(REPRO_DIR)/other/src-b
 	tar -cf - --exclude=./dist --exclude=./.git --exclude=./edgegw . | tar -xf - -C $(REPRO_DIR)/src-a
 	cp -a $(REPRO_DIR)/src-a/. $(REPRO_DIR)/other/src-b/
-	$(foreach a,$(RELEASE_ARCHS),(cd $(REPRO_DIR)/src-a && $(goenv_$(a)) $(BUILD) -o $(REPRO_ABS)/a/edgegw-$(a) .) && (cd $(REPRO_DIR)/other/src-b && GOCACHE=$(REPRO_ABS)/gocache $(goenv_$(a)) $(BUILD) -o $(REPRO_ABS)/b/edgegw-$(a) .) && ) true
+	$(foreach a,$(RELEASE_ARCHS),(cd $(REPRO_DIR)/src-a && $(goenv_$(a)) $(BUILD_GW) -o $(REPRO_ABS)/a/edgegw-$(a) .) && (cd $(REPRO_DIR)/other/src-b && GOCACHE=$(REPRO_ABS)/gocache $(goenv_$(a)) $(BUILD_GW) -o $(REPRO_ABS)/b/edgegw-$(a) .) && ) true
 	cd $(REPRO_DIR)/src-a && GO="$(GO)" build/package.sh $(REPRO_ABS)/a $(REPRO_ABS)/a/pkg "$(VERSION)" $(RELEASE_ARCHS)
 	cd $(REPRO_DIR)/other/src-b && GO="$(GO)" build/package.sh $(REPRO_ABS)/b $(REPRO_ABS)/b/pkg "$(VERSION)" $(RELEASE_ARCHS)
 	$(foreach a,$(RELEASE_ARCHS),cmp $(REPRO_DIR)/a/edgegw-$(a) $(REPRO_DIR)/b/edgegw-$(a) && cmp $(REPRO_DIR)/a/pkg/edgegw-$(VERSION)-linux-$(a).tar.gz $(REPRO_DIR)/b/pkg/edgegw-$(VERSION)-linux-$(a).tar.gz && ) cmp $(REPRO_DIR)/a/pkg/SHA256SUMS $(REPRO_DIR)/b/pkg/SHA256SUMS
 	@chmod -R u+w $(REPRO_DIR)/gocache 2>/dev/null; rm -rf $(REPRO_DIR)
 	@echo "repro: $(RELEASE_ARCHS) binaries and tarballs are byte-identical"
 
-qemu-smoke: arm arm64 ## version, check and a short demo of the arm64 and armv7 binaries under qemu-user
-	build/qemu-smoke.sh $(QEMU_AARCH64) dist/edgegw-arm64 $(SMOKE_CONFIG) $(SMOKE_DEVICES)
-	build/qemu-smoke.sh $(QEMU_ARM) dist/edgegw-armv7 $(SMOKE_CONFIG) $(SMOKE_DEVICES)
+qemu-smoke: arm arm64 lab-arm lab-arm64 ## version and check of the arm64 and armv7 gateway binaries, a short demo of the lab ones, under qemu-user
+	build/qemu-smoke.sh $(QEMU_AARCH64) dist/edgegw-arm64 $(SMOKE_CONFIG) $(SMOKE_DEVICES) dist/edgegw-lab-arm64
+	build/qemu-smoke.sh $(QEMU_ARM) dist/edgegw-armv7 $(SMOKE_CONFIG) $(SMOKE_DEVICES) dist/edgegw-lab-armv7
 
 # The pure tests (no sockets, no child processes) of the packages that
 # matter most on ARM: 64-bit atomics on armv7, byte order, float decoding.

@@ -6,7 +6,10 @@
 # For each ARCH (armv7, arm64, amd64) it takes BINDIR/edgegw-ARCH and writes
 # OUTDIR/edgegw-VERSION-linux-ARCH.tar.gz holding one directory
 # edgegw-VERSION-linux-ARCH/ with: edgegw, edgegw.example.toml,
-# edgegw.service, edgegw.init, install.sh, LICENSE, THIRD_PARTY_NOTICES.
+# edgegw.service, edgegw.init, install.sh, LICENSE, THIRD_PARTY_NOTICES, and
+# edgegw-lab (the lab build: demo, sim, receive, bench) when
+# BINDIR/edgegw-lab-ARCH exists, as make release builds it. install.sh
+# installs only the gateway.
 # Then OUTDIR/SHA256SUMS over those tarballs.
 #
 # Reproducible: fixed file modes, names sorted, owner 0:0, every mtime
@@ -46,6 +49,10 @@ for arch in "$@"; do
 	d=$stage/$name
 	mkdir -p "$d"
 	cp "$bin" "$d/edgegw"
+	if [ -f "$bindir/edgegw-lab-$arch" ]; then
+		cp "$bindir/edgegw-lab-$arch" "$d/edgegw-lab"
+		chmod 0755 "$d/edgegw-lab"
+	fi
 	cp "$build/edgegw.example.toml" "$build/edgegw.service" "$build/edgegw.init" "$build/install.sh" "$top/LICENSE" "$d/"
 	(cd "$top" && env $goenv GO="$GO" "$build/notices.sh" .) >"$d/THIRD_PARTY_NOTICES"
 	chmod 0755 "$d" "$d/edgegw" "$d/edgegw.init" "$d/install.sh"

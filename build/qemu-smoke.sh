@@ -4,8 +4,12 @@
 # first: version, check on the example config, and a short demo whose page
 # and /api/shortPolling answer on loopback.
 #
-#   build/qemu-smoke.sh QEMU BINARY CONFIG [DEVICES]
-#   e.g. build/qemu-smoke.sh qemu-arm dist/edgegw-armv7 build/edgegw.example.toml 48
+#   build/qemu-smoke.sh QEMU BINARY CONFIG [DEVICES [LAB]]
+#   e.g. build/qemu-smoke.sh qemu-arm dist/edgegw-armv7 build/edgegw.example.toml 48 dist/edgegw-lab-armv7
+#
+# BINARY runs version and check; the demo runs LAB (the lab build, which has
+# the demo; the release gateway binary does not), or BINARY when LAB is not
+# given.
 #
 # The demo prints a line "page: http://127.0.0.1:PORT/" on stdout once it
 # serves; the script reads the URL from it (no fixed port), then sends
@@ -14,7 +18,7 @@
 set -eu
 
 [ $# -ge 3 ] || { echo "usage: $0 QEMU BINARY CONFIG [DEVICES]" >&2; exit 2; }
-qemu=$1 bin=$2 config=$3 devices=${4:-48}
+qemu=$1 bin=$2 config=$3 devices=${4:-48} lab=${5:-$2}
 start_timeout=${SMOKE_START_TIMEOUT:-90} # seconds: emulation is slow on 2 shared cores
 stop_timeout=${SMOKE_STOP_TIMEOUT:-30}
 command -v "$qemu" >/dev/null || { echo "qemu-smoke: $qemu not found (Debian qemu-user)" >&2; exit 1; }
@@ -57,7 +61,7 @@ echo "$tag: check $config ok"
 
 # 3. demo on loopback
 : >"$work/out"
-"$qemu" "$bin" demo -devices "$devices" -http 127.0.0.1:0 >"$work/out" 2>"$work/err" &
+"$qemu" "$lab" demo -devices "$devices" -http 127.0.0.1:0 >"$work/out" 2>"$work/err" &
 pid=$!
 url=
 i=0

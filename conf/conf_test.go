@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -146,14 +147,15 @@ tags = [ { name = "c", register = "coil", address = 0 } ]
 		File:    "min.toml",
 		Gateway: Gateway{ID: host},
 		HTTP: HTTP{Listen: DefaultHTTPListen, LongPollTimeout: 30 * time.Second, MaxClients: 5000, MaxRequestBytes: 64 << 10,
-			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second},
-		Ring: Ring{Size: 200},
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+			HealthzUpstreamMaxDown: 10 * time.Minute},
+		Ring: Ring{Size: 0}, // main sizes it from the poll rate
 		Poll: Poll{TCPMode: "parallel", MaxGap: 8, MaxRegisters: 125, MaxBits: 2000, UDPListen: ":0", UDPBufferBytes: 4 << 20},
 		Devices: []Device{
-			{Name: "d1", Transport: "tcp", Address: "10.0.0.1:502", Unit: 1, Interval: time.Second, Timeout: 500 * time.Millisecond,
+			{Name: "d1", Transport: "tcp", Address: "10.0.0.1:502", Unit: 1, Interval: time.Second, Timeout: 500 * time.Millisecond, TimeoutDerived: true,
 				Retries: 1, MaxGap: 8, MaxRegisters: 125, WriteTransport: "tcp", Line: 2,
 				Tags: []Tag{{Name: "v", Register: "holding", Address: 3, Type: "uint16", Order: "ABCD", Bit: -1, Scale: 1, Line: 6}}},
-			{Name: "d2", Transport: "rtu", Address: "/dev/ttyUSB0", Unit: 1, Interval: time.Second, Timeout: time.Second,
+			{Name: "d2", Transport: "rtu", Address: "/dev/ttyUSB0", Unit: 1, Interval: time.Second, Timeout: 500 * time.Millisecond, TimeoutDerived: true,
 				Retries: 1, MaxGap: 8, MaxRegisters: 125, WriteTransport: "rtu", Line: 8,
 				Serial: Serial{Baud: 9600, DataBits: 8, Parity: "N", StopBits: 1},
 				Tags:   []Tag{{Name: "c", Register: "coil", Address: 0, Type: "bool", Order: "ABCD", Bit: -1, Scale: 1, Line: 12}}},
@@ -200,6 +202,81 @@ offset = 0
 	if cfg.Upstream.MQTT.QoS != 0 || cfg.Upstream.MQTT.PerTagTopics || cfg.Upstream.MQTT.Mode != MQTTFallback ||
 		d.Unit != 0 || d.Retries != 0 || d.MaxGap != 0 || d.WriteTransport != "udp" || d.Address != "[::1]:502" {
 		t.Errorf("%+v %+v", cfg.Upstream.MQTT, d)
+	}
+}
+
+// A device without timeout gets interval/(retries+1), at most the
+// transport's default; an explicit one is kept (and must fit the interval).
+func TestDerivedTimeout(t *testing.T) {
+	cases := []struct {
+		transport, extra string
+		want             time.Duration
+		derived          bool
+	}{
+		{"tcp", `interval = "100ms"`, 50 * time.Millisecond, true},
+		{"tcp", `interval = "100ms"` + "\nretries = 0", 100 * time.Millisecond, true},
+		{"udp", `interval = "100ms"` + "\nretries = 3", 25 * time.Millisecond, true},
+		{"tcp", `interval = "10s"`, 500 * time.Millisecond, true},
+		{"udp", `interval = "10s"`, 200 * time.Millisecond, true},
+		{"rtu", `interval = "10s"`, time.Second, true},
+		{"rtu", `interval = "1s"`, 500 * time.Millisecond, true},
+		{"tcp", `interval = "100ms"` + "\ntimeout = \"80ms\"", 80 * time.Millisecond, false},
+		{"tcp", `interval = "10s"` + "\ntimeout = \"3s\"", 3 * time.Second, false},
+	}
+	for _, c := range cases {
+		addr := "10.0.0.1"
+		if c.transport == "rtu" {
+			addr = "/dev/ttyS1"
+		}
+		text := "[[device]]\nname = \"d\"\ntransport = \"" + c.transport + "\"\naddress = \"" + addr + "\"\n" + c.extra + "\ntags = [ { name = \"t\", address = 0 } ]\n"
+		cfg, err := Parse("t.toml", []byte(text))
+		if err != nil {
+			t.Fatalf("%s: %v", text, err)
+		}
+		if d := cfg.Devices[0]; d.Timeout != c.want || d.TimeoutDerived != c.derived {
+			t.Errorf("%s %s: timeout %v derived %v, want %v %v", c.transport, c.extra, d.Timeout, d.TimeoutDerived, c.want, c.derived)
+		}
+	}
+}
+
+// Several tags on the same registers are one config, not an error; strings
+// have a length in registers.
+func TestOverlappingTagsAndStrings(t *testing.T) {
+	cfg, err := Parse("o.toml", []byte(`
+[[device]]
+name = "d"
+transport = "tcp"
+address = "10.0.0.1"
+tags = [
+  { name = "status", address = 0 },
+  { name = "alarm", address = 0, type = "bool", bit = 0 },
+  { name = "alarm_again", address = 0, type = "bool", bit = 0 },
+  { name = "energy", address = 1, type = "uint32" },
+  { name = "energy_hi", address = 1 },
+  { name = "energy_lo", address = 2 },
+  { name = "serial", address = 10, type = "string", length = 8 },
+  { name = "name_swapped", address = 10, type = "string", length = 4, order = "BADC" },
+  { name = "c1", register = "coil", address = 3 },
+  { name = "c1b", register = "coil", address = 3 },
+]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := cfg.Devices[0].Tags
+	if len(tags) != 10 {
+		t.Fatalf("%d tags", len(tags))
+	}
+	if s := tags[6]; s.Type != "string" || s.Length != 8 || s.Words() != 8 || s.Span() != 8 || s.Order != "ABCD" {
+		t.Errorf("string tag %+v", s)
+	}
+	if s := tags[7]; s.Length != 4 || s.Order != "BADC" {
+		t.Errorf("swapped string tag %+v", s)
+	}
+	var b bytes.Buffer
+	cfg.WriteTable(&b)
+	if !strings.Contains(b.String(), "    serial        holding   10..17   string  ABCD   -      -     -\n") {
+		t.Errorf("table:\n%s", b.String())
 	}
 }
 

@@ -14,6 +14,10 @@ type Config struct {
 	Devices  []Device  // in file order
 	Upstream Upstream
 	Buffer   Buffer
+
+	// AllowEmpty (top-level allow_empty): a reload may leave no device
+	// polling. Without it a reload to zero devices is refused.
+	AllowEmpty bool
 }
 
 // Gateway identifies this gateway.
@@ -39,11 +43,17 @@ type HTTP struct {
 	ProtectMetrics    bool          // /metrics needs the read credentials too
 	TLSCertFile       string        // both or neither
 	TLSKeyFile        string
+	// ExemptLoopback: clients on 127.0.0.0/8 and ::1 are not rate-limited
+	// (a local reverse proxy that does its own limiting). Default false.
+	ExemptLoopback bool
+	// HealthzUpstreamMaxDown: /healthz is 503 once no upstream path has
+	// carried batches for longer than this (10m); 0 = upstream not checked.
+	HealthzUpstreamMaxDown time.Duration
 }
 
 // Ring is the in-memory ring of recent samples.
 type Ring struct {
-	Size int // samples, 1..MaxRingSize
+	Size int // samples, 1..MaxRingSize; 0 = sized by main from the poll rate
 }
 
 // Poll holds the acquisition options shared by all devices.
@@ -79,14 +89,17 @@ type Device struct {
 	Transport string // tcp | udp | rtu | rtuovertcp
 	// Address is host:port for tcp, udp and rtuovertcp (":502" is added when
 	// the port is missing) and a device path such as /dev/ttyS1 for rtu.
-	Address      string
-	Unit         uint8 // 0..247 (0 is refused on rtu: broadcast gets no reply)
-	Profile      string
-	Interval     time.Duration
-	Timeout      time.Duration // <= Interval
-	Retries      int           // >= 0, only while still inside the interval
-	MaxGap       int
-	MaxRegisters int
+	Address  string
+	Unit     uint8 // 0..247 (0 is refused on rtu: broadcast gets no reply)
+	Profile  string
+	Interval time.Duration
+	Timeout  time.Duration // <= Interval
+	// TimeoutDerived: the file sets no timeout, so it is interval/(retries+1)
+	// capped at the transport's default (defaults.go).
+	TimeoutDerived bool
+	Retries        int // >= 0, only while still inside the interval
+	MaxGap         int
+	MaxRegisters   int
 	// WriteTransport is how writes are sent: for udp devices "tcp" (default)
 	// or "udp"; for every other device it equals Transport.
 	WriteTransport string
@@ -129,9 +142,10 @@ type Tag struct {
 	Name     string
 	Register string // holding | input | coil | discrete
 	Address  uint16 // 0-based on the wire
-	Type     string // int16 uint16 int32 uint32 float32 int64 uint64 float64 bool
+	Type     string // int16 uint16 int32 uint32 float32 int64 uint64 float64 bool string
 	Order    string // ABCD CDAB BADC DCBA
 	Bit      int    // 0..15 for a bool taken from a holding/input register, else -1
+	Length   int    // registers of a string tag (1..125, two characters each), else 0
 	Scale    float64
 	Offset   float64 // value = raw*Scale + Offset
 	Unit     string
@@ -142,13 +156,16 @@ type Tag struct {
 	Line     int    // line of the tag entry
 }
 
-// Words is the number of 16-bit registers the tag occupies: 1, 2 or 4, and 1
-// for a bit of a register. It is 0 for coil and discrete tags, which live in
-// the separate bit address space (see Span).
+// Words is the number of 16-bit registers the tag occupies: 1, 2 or 4, 1
+// for a bit of a register, Length for a string. It is 0 for coil and
+// discrete tags, which live in the separate bit address space (see Span).
 func (t Tag) Words() int {
 	switch t.Register {
 	case RegisterCoil, RegisterDiscrete:
 		return 0
+	}
+	if t.Type == "string" {
+		return t.Length
 	}
 	return typeWords[t.Type]
 }
@@ -158,6 +175,9 @@ func (t Tag) Words() int {
 func (t Tag) Span() int {
 	if t.Register == RegisterCoil || t.Register == RegisterDiscrete {
 		return 1
+	}
+	if t.Type == "string" {
+		return t.Length
 	}
 	return typeWords[t.Type]
 }
@@ -175,6 +195,7 @@ var orders = map[string]bool{"ABCD": true, "CDAB": true, "BADC": true, "DCBA": t
 type Upstream struct {
 	WebSocket WebSocket
 	MQTT      MQTT
+	Sparkplug *Sparkplug // nil = no [upstream.sparkplug] (sparkplug.go)
 }
 
 // WebSocket is the primary upstream. URL "" = no WebSocket upstream.
@@ -211,7 +232,7 @@ type MQTT struct {
 	KeyFile       string
 	ServerName    string
 	PerTagTopics  bool // retained <prefix>/<device>/<tag>
-	WriteCommands bool // accept writes on <prefix>/<device>/<tag>/set
+	WriteCommands bool // accept writes on <prefix>/write/<device>/<tag>
 }
 
 // Fsync policies of the durable queue.

@@ -8,6 +8,7 @@ import "time"
 // and scale = 0 or interval = "0s" are errors).
 //
 //	key                              default                      valid
+//	allow_empty (top level)          false                        true: a reload may remove every device
 //	[gateway] id                     host name                    [A-Za-z0-9_.-]+
 //	[gateway] data_dir               "" (memory only)             path
 //	[http] listen                    "127.0.0.1:8080"             host:port
@@ -23,7 +24,9 @@ import "time"
 //	[http] basic_auth_user, basic_auth_hash_file  "" (off)        both or neither; hash from edgegw hash-password
 //	[http] protect_metrics           false                        /metrics needs read credentials
 //	[http] tls_cert_file, tls_key_file  "" (plain HTTP)           both or neither
-//	[ring] size                      200                          1..10000000
+//	[http] exempt_loopback           false (loopback limited)     true: no rate limit for 127.0.0.0/8, ::1
+//	[http] healthz_upstream_max_down "10m"                        >= 0 (0: /healthz ignores the upstream)
+//	[ring] size                      0: 60 s of samples, ≤ 8 MiB  1..10000000
 //	[poll] tcp_mode                  "parallel"                   parallel | serial
 //	[poll] max_gap                   8 registers                  0..125
 //	[poll] max_registers             125                          1..125
@@ -33,8 +36,9 @@ import "time"
 //	[[device]] transport             (required)                   tcp | udp | rtu | rtuovertcp
 //	[[device]] address               (required); port 502 added   host[:port]; rtu: /dev/...
 //	[[device]] unit                  1                            0..247 (rtu: 1..247)
-//	[[device]] interval              "1s"                         > 0, >= timeout
-//	[[device]] timeout               udp "200ms", tcp/rtuovertcp "500ms", rtu "1s"   > 0
+//	[[device]] interval              "1s"                         > 0
+//	[[device]] timeout               interval/(retries+1), at most  > 0, <= interval
+//	                                 udp "200ms", tcp/rtuovertcp "500ms", rtu "1s"
 //	[[device]] retries               1                            >= 0
 //	[[device]] max_gap               [poll] max_gap               0..125
 //	[[device]] max_registers         [poll] max_registers         1..125
@@ -47,8 +51,9 @@ import "time"
 //	[device.serial] rs485_delay_rts_before_send, rs485_delay_rts_after_send  "0s"  >= 0
 //	tag register                     "holding"                    holding | input | coil | discrete
 //	tag address                      (required)                   0..65535 (+ words - 1)
-//	tag type                         "uint16"; coil/discrete "bool"  int16 uint16 int32 uint32 float32 int64 uint64 float64 bool
-//	tag order                        "ABCD"                       ABCD CDAB BADC DCBA (16-bit: ABCD BADC; bool: ABCD)
+//	tag type                         "uint16"; coil/discrete "bool"  int16 uint16 int32 uint32 float32 int64 uint64 float64 bool string
+//	tag length                       (required for string)        1..125 registers, two characters each
+//	tag order                        "ABCD"                       ABCD CDAB BADC DCBA (16-bit, string: ABCD BADC; bool: ABCD)
 //	tag bit                          none (-1)                    0..15, bool on holding/input only (and required there)
 //	tag scale                        1                            != 0, not on bool
 //	tag offset                       0                            not on bool
@@ -82,7 +87,7 @@ const (
 	DefaultWriteTimeout      = 0 // derived by web
 	DefaultIdleTimeout       = 120 * time.Second
 
-	DefaultRingSize = 200
+	DefaultRingSize = 0 // sized by main from the poll rate: a resume window of 60 s, at most 8 MiB
 	MaxRingSize     = 10_000_000
 
 	DefaultTCPMode        = "parallel"
@@ -130,7 +135,17 @@ const (
 	DefaultFsyncInterval  = time.Second
 )
 
-// defaultTimeout is the device timeout default for a transport.
+// DefaultHealthzUpstreamMaxDown is [http] healthz_upstream_max_down.
+const DefaultHealthzUpstreamMaxDown = 10 * time.Minute
+
+// derivedTimeout is the timeout of a device that sets none: every attempt
+// (retries + 1) fits in one interval, and no attempt waits longer than the
+// transport's default. interval = "100ms" with retries = 1 gets 50ms.
+func derivedTimeout(transport string, interval time.Duration, retries int) time.Duration {
+	return max(min(defaultTimeout(transport), interval/time.Duration(retries+1)), time.Microsecond)
+}
+
+// defaultTimeout is the longest device timeout conf derives for a transport.
 func defaultTimeout(transport string) time.Duration {
 	switch transport {
 	case TransportUDP:

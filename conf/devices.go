@@ -2,7 +2,6 @@ package conf
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -63,7 +62,18 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 	if bitSpace {
 		defType = DefaultBitType
 	}
-	tag.Type = t.oneOf("type", defType, "int16", "uint16", "int32", "uint32", "float32", "int64", "uint64", "float64", "bool")
+	tag.Type = t.oneOf("type", defType, "int16", "uint16", "int32", "uint32", "float32", "int64", "uint64", "float64", "bool", "string")
+	isString := tag.Type == "string"
+	if t.has("length") || isString {
+		tag.Length = int(t.intIn("length", 0, 1, LimitMaxRegisters))
+		switch {
+		case !isString:
+			t.errf("length", "length applies only to a string tag")
+		case !t.has("length"):
+			t.errf("type", "string needs length = 1..%d (registers, two characters each)", LimitMaxRegisters)
+			tag.Length = 0
+		}
+	}
 
 	addr, hasAddr := t.integer("address")
 	switch {
@@ -79,6 +89,14 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 		tag.Address = uint16(addr)
 	}
 
+	if isString {
+		for _, k := range []string{"scale", "offset", "deadband", "writable", "min", "max"} {
+			if t.has(k) {
+				t.get(k)
+				t.errf(k, "%s does not apply to a string tag", k)
+			}
+		}
+	}
 	if bitSpace && tag.Type != "bool" {
 		t.errf("type", "type %s on a %s: %s tags are bool", tag.Type, tag.Register, tag.Register)
 	}
@@ -100,6 +118,8 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 		switch {
 		case !orders[o]:
 			t.errf("order", "order %q: want ABCD, CDAB, BADC or DCBA", o)
+		case isString && o != "ABCD" && o != "BADC":
+			t.errf("order", "order %s on a string: want ABCD (high byte first) or BADC (bytes swapped in each register)", o)
 		case tag.Type == "bool" && o != "ABCD":
 			t.errf("order", "order %s does not apply to bool (bit counts from the least significant bit)", o)
 		case words == 1 && o != "ABCD" && o != "BADC":
@@ -154,7 +174,7 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 	return tag, len(d.errs) == before
 }
 
-// checkTagSet reports duplicate names and overlapping addresses among tags.
+// checkTagSet reports duplicate tag names.
 // consider(a, b) says whether the pair is this caller's to report (a device
 // does not re-report two tags of its profile).
 func (d *decoder) checkTagSet(t *table, tags []Tag, valid []bool, consider func(a, b Tag) bool) {
@@ -176,53 +196,8 @@ func (d *decoder) checkTagSet(t *table, tags []Tag, valid []bool, consider func(
 		seen[tag.Name] = tag
 	}
 
-	// Overlaps: per register kind, sorted by address; a pair overlaps when
-	// their spans intersect, except two bools on different bits.
-	var idx []int
-	for i, tag := range tags {
-		if valid[i] && tag.Span() > 0 {
-			idx = append(idx, i)
-		}
-	}
-	sort.SliceStable(idx, func(a, b int) bool {
-		ta, tb := tags[idx[a]], tags[idx[b]]
-		if ta.Register != tb.Register {
-			return ta.Register < tb.Register
-		}
-		return ta.Address < tb.Address
-	})
-	for x, i := range idx {
-		a := tags[i]
-		endA := int(a.Address) + a.Span() - 1
-		for _, j := range idx[x+1:] {
-			b := tags[j]
-			if b.Register != a.Register || int(b.Address) > endA {
-				break
-			}
-			if a.Bit >= 0 && b.Bit >= 0 && a.Bit != b.Bit {
-				continue
-			}
-			if !consider(a, b) {
-				continue
-			}
-			first, later := a, b
-			if j < i {
-				first, later = b, a
-			}
-			errAt(later, "%s overlaps tag %q (%s) %s", tagSpan(later), first.Name, tagSpan(first), tagOrigin(first))
-		}
-	}
-}
-
-func tagSpan(t Tag) string {
-	s := fmt.Sprintf("%s %d", t.Register, t.Address)
-	if n := t.Span(); n > 1 {
-		s = fmt.Sprintf("%s %d..%d", t.Register, t.Address, int(t.Address)+n-1)
-	}
-	if t.Bit >= 0 {
-		s += fmt.Sprintf(" bit %d", t.Bit)
-	}
-	return s
+	// Overlapping tags are fine: a status word and bool tags on its bits, a
+	// uint32 and its two halves; edge reads the registers once for all.
 }
 
 func tagOrigin(t Tag) string {
@@ -347,15 +322,15 @@ func (d *decoder) device(t *table, profiles map[string]*Profile, poll Poll) (Dev
 
 	timingBefore := len(d.errs)
 	dev.Interval = t.positive("interval", DefaultInterval, false)
-	dev.Timeout = t.positive("timeout", defaultTimeout(tr), false)
-	if len(d.errs) == timingBefore && dev.Interval < dev.Timeout {
-		def := ""
-		if !t.has("timeout") {
-			def = fmt.Sprintf(" (the %s default; set timeout)", tr)
-		}
-		t.errf("interval", "interval %v is shorter than timeout %v%s", dev.Interval, dev.Timeout, def)
-	}
 	dev.Retries = int(t.intIn("retries", DefaultRetries, 0, 100))
+	if t.has("timeout") {
+		dev.Timeout = t.positive("timeout", defaultTimeout(tr), false)
+		if len(d.errs) == timingBefore && dev.Interval < dev.Timeout {
+			t.errf("interval", "interval %v is shorter than timeout %v", dev.Interval, dev.Timeout)
+		}
+	} else {
+		dev.Timeout, dev.TimeoutDerived = derivedTimeout(tr, dev.Interval, dev.Retries), true
+	}
 	dev.MaxGap = int(t.intIn("max_gap", int64(poll.MaxGap), 0, LimitMaxRegisters))
 	dev.MaxRegisters = int(t.intIn("max_registers", int64(poll.MaxRegisters), 1, LimitMaxRegisters))
 

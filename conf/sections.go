@@ -14,6 +14,7 @@ import (
 func (d *decoder) config(raw map[string]any) *Config {
 	root := d.newTable("", "", raw, where{})
 	cfg := &Config{}
+	cfg.AllowEmpty = root.boolean("allow_empty", false)
 	d.gateway(root.sub("gateway"), &cfg.Gateway)
 	d.http(root.sub("http"), &cfg.HTTP)
 	d.ring(root.sub("ring"), &cfg.Ring)
@@ -22,6 +23,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	up := root.sub("upstream")
 	d.websocket(up.sub("websocket"), &cfg.Upstream.WebSocket)
 	d.mqtt(up.sub("mqtt"), &cfg.Upstream.MQTT, cfg.Gateway.ID)
+	d.sparkplug(up, &cfg.Upstream, cfg.Gateway.ID)
 	up.done()
 	cfg.Profiles = d.profiles(root.tables("profile"))
 	cfg.Devices = d.devices(root.tables("device"), cfg.Profiles, cfg.Poll)
@@ -104,6 +106,8 @@ func (d *decoder) http(t *table, h *HTTP) {
 	h.TLSCertFile, _ = t.str("tls_cert_file")
 	h.TLSKeyFile, _ = t.str("tls_key_file")
 	bothOrNeither(t, "tls_cert_file", h.TLSCertFile, "tls_key_file", h.TLSKeyFile)
+	h.ExemptLoopback = t.boolean("exempt_loopback", false)
+	h.HealthzUpstreamMaxDown = t.positive("healthz_upstream_max_down", DefaultHealthzUpstreamMaxDown, true)
 	t.done()
 }
 

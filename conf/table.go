@@ -21,7 +21,8 @@ import (
 //	    temperature  holding   0        int16  ABCD   0.1    °C    -
 //
 // A tag's ADDRESS shows its span (10..11) and bit (20.3); SCALE shows the
-// offset when there is one (0.1+5); WRITABLE shows min/max ([5..90]).
+// offset when there is one (0.1+5); WRITABLE shows min/max ([5..90]); a
+// TIMEOUT the file does not set is derived from the interval: "50ms (auto)".
 func (c *Config) WriteTable(w io.Writer) {
 	tags := 0
 	for _, d := range c.Devices {
@@ -40,8 +41,12 @@ func (c *Config) WriteTable(w io.Writer) {
 		if d.Transport == TransportRTU {
 			addr += " " + serialShort(d.Serial)
 		}
+		timeout := dur(d.Timeout)
+		if d.TimeoutDerived {
+			timeout += " (auto)"
+		}
 		devRows[i] = []string{d.Name, d.Transport, addr, strconv.Itoa(int(d.Unit)),
-			dur(d.Interval), dur(d.Timeout), strconv.Itoa(d.Retries), orDash(d.Profile)}
+			dur(d.Interval), timeout, strconv.Itoa(d.Retries), orDash(d.Profile)}
 		devW = widths(devW, devRows[i])
 		for _, t := range d.Tags {
 			row := []string{t.Name, t.Register, tagAddress(t), t.Type, t.Order,
@@ -124,7 +129,7 @@ func tagAddress(t Tag) string {
 }
 
 func tagScale(t Tag) string {
-	if t.Type == "bool" {
+	if t.Type == "bool" || t.Type == "string" {
 		return "-"
 	}
 	s := strconv.FormatFloat(t.Scale, 'g', -1, 64)

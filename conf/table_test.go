@@ -27,11 +27,12 @@ func TestWriteTable(t *testing.T) {
 		t.Errorf("%d lines", len(lines))
 	}
 	mustHave := []string{
-		"logger-01   udp        192.168.1.101:502  1     1s        200ms    1        th-logger",
+		"logger-01   udp        192.168.1.101:502  1     1s        200ms         1        th-logger",
+		"logger-02   udp        192.168.1.102:502  1     1s        200ms (auto)  1        th-logger",
 		"    temperature  holding   0        int16    ABCD   0.1    °C    -",
 		"    setpoint     holding   10..11   float32  CDAB   1      °C    yes [5..90]",
 		"    burner_on    holding   20.3     bool     ABCD   -      -     -",
-		"boiler-plc  tcp        192.168.1.20:502   1     1s        500ms    1        -",
+		"boiler-plc  tcp        192.168.1.20:502   1     1s        500ms         1        -",
 	}
 	for _, m := range mustHave {
 		if !strings.Contains(out, m+"\n") {
@@ -58,7 +59,7 @@ func TestWriteTableRTU(t *testing.T) {
 	}
 	var b bytes.Buffer
 	cfg.WriteTable(&b)
-	for _, m := range []string{"m       rtu        /dev/ttyS1 19200/8E1/rs485  1     1m        1s       1        -", "    e    input     0..1     uint32  ABCD   1-5    -     -"} {
+	for _, m := range []string{"m       rtu        /dev/ttyS1 19200/8E1/rs485  1     1m        1s (auto)  1        -", "    e    input     0..1     uint32  ABCD   1-5    -     -"} {
 		if !strings.Contains(b.String(), m+"\n") {
 			t.Errorf("missing %q in\n%s", m, b.String())
 		}

@@ -2,9 +2,12 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"edgegw/ringstore"
 )
 
 // bus is one goroutine's share of the devices: it polls them one at a time,
@@ -14,6 +17,9 @@ type bus struct {
 	devices []*device
 	busy    atomic.Int64 // Unix ns when the poll in progress started, 0 when waiting
 	wr      busWrites    // queued writes, done between polls (write.go)
+	// open retries the transport of a device that is down (Run sets it;
+	// tried is false while the transport's backoff has not passed).
+	open func(d *device) (tried bool, err error)
 }
 
 // stuck reports a poll that has run longer than limit: a bus whose
@@ -81,6 +87,10 @@ func (b *bus) pollOne(d *device, sink Sink) {
 		d.stats.Overruns.Add(1)
 		d.next = d.next.Add(iv)
 	}
+	if d.conn == nil && !b.reopen(d, sink) {
+		d.next = d.next.Add(iv)
+		return
+	}
 	answered, _ := d.poll(d.next.Add(iv), sink)
 	d.next = d.next.Add(iv)
 	now = time.Now()
@@ -110,4 +120,33 @@ func (b *bus) pollOne(d *device, sink Sink) {
 		d.stats.Skipped.Add(1)
 		d.next = d.next.Add(iv)
 	}
+}
+
+// reopen tries to open the transport of d, which is down, in its current
+// window. It returns true when d can be polled now. A window in which the
+// open was not due (backoff) is skipped; one in which it was tried and
+// failed is a poll whose samples all have quality error.
+func (b *bus) reopen(d *device, sink Sink) bool {
+	var tried bool
+	err := errors.New("edge: transport not open")
+	if b.open != nil {
+		tried, err = b.open(d)
+	}
+	if err == nil {
+		d.stats.Down.Store(false)
+		d.stats.SetReason("")
+		d.log.Info("device transport open: polling")
+		return true
+	}
+	if !tried {
+		d.stats.Skipped.Add(1)
+		return false
+	}
+	d.markDown(err)
+	for i := range d.quality {
+		d.quality[i] = ringstore.Error
+	}
+	d.emit(time.Now(), sink)
+	d.stats.Polls.Add(1)
+	return false
 }

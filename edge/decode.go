@@ -2,8 +2,10 @@ package edge
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Type is a tag's data type on the wire.
@@ -19,11 +21,12 @@ const (
 	Uint64
 	Float64
 	Bool
+	String // Tag.Length registers of text, two bytes each (DecodeString)
 )
 
 var typeNames = map[string]Type{
 	"int16": Int16, "uint16": Uint16, "int32": Int32, "uint32": Uint32, "float32": Float32,
-	"int64": Int64, "uint64": Uint64, "float64": Float64, "bool": Bool,
+	"int64": Int64, "uint64": Uint64, "float64": Float64, "bool": Bool, "string": String,
 }
 
 // ParseType maps a config type name to a Type.
@@ -44,7 +47,7 @@ func (t Type) String() string {
 }
 
 // Words is the number of 16-bit registers a value of t occupies (1 for Bool:
-// a bit of one register).
+// a bit of one register; 1 for String, whose tags give their own Length).
 func (t Type) Words() int {
 	switch t {
 	case Int32, Uint32, Float32:
@@ -205,6 +208,27 @@ func EncodeRegisters(t Type, o Order, v float64) ([]byte, error) {
 	normalize(out, b[:n], o)
 	return out, nil
 }
+
+// DecodeString decodes the registers of a string tag: two characters per
+// register, the high byte first (ABCD) or swapped inside each register
+// (BADC, for devices that store text little-endian per word). Trailing NULs
+// and spaces are cut (devices pad fixed-length fields with either), and
+// bytes that are not UTF-8 become U+FFFD: the value is always valid text.
+func DecodeString(o Order, regs []byte) (string, error) {
+	if len(regs)%2 != 0 {
+		return "", fmt.Errorf("edge: string of %d bytes is not whole registers", len(regs))
+	}
+	if o != ABCD && o != BADC {
+		return "", fmt.Errorf("edge: string byte order %v: want ABCD or BADC", o)
+	}
+	b := make([]byte, len(regs))
+	normalize(b, regs, o)
+	return strings.ToValidUTF8(strings.TrimRight(string(b), "\x00 "), "\uFFFD"), nil
+}
+
+// ErrNotANumber is the error of a float register holding NaN or ±Inf: the
+// sample gets quality error (JSON has no such number).
+var ErrNotANumber = errors.New("edge: not a number")
 
 // BitAt returns bit i of a packed coil/discrete-input reply (LSB of byte 0 first).
 func BitAt(packed []byte, i int) bool {

@@ -172,3 +172,48 @@ func TestScaledIsExactForDecimalScales(t *testing.T) {
 		t.Errorf("bool scaled to %v", got)
 	}
 }
+
+func TestDecodeString(t *testing.T) {
+	cases := []struct {
+		name  string
+		order Order
+		wire  []byte
+		want  string
+	}{
+		{"ABCD high byte first", ABCD, []byte("SN-4711\x00"), "SN-4711"},
+		{"BADC swapped in each register", BADC, []byte("NS4-17\x001"), "SN-4711"},
+		{"trailing NULs and spaces", ABCD, []byte("AB  \x00\x00 \x00"), "AB"},
+		{"inner space and NUL kept", ABCD, []byte("A B\x00C\x00"), "A B\x00C"},
+		{"empty", ABCD, []byte{0, 0, 0, 0}, ""},
+		{"invalid UTF-8 replaced", ABCD, []byte{0xff, 'A'}, "\uFFFDA"},
+		{"UTF-8 kept", ABCD, []byte("Ä12"), "Ä12"},
+	}
+	for _, c := range cases {
+		got, err := DecodeString(c.order, c.wire)
+		if err != nil || got != c.want {
+			t.Errorf("%s: got %q, %v; want %q", c.name, got, err, c.want)
+		}
+	}
+	if _, err := DecodeString(CDAB, []byte("ab")); err == nil {
+		t.Error("CDAB string accepted")
+	}
+	if _, err := DecodeString(ABCD, []byte("abc")); err == nil {
+		t.Error("odd byte count accepted")
+	}
+}
+
+// Overlapping tags share one read; every tag decodes its own part.
+func TestPlanReadsOverlapping(t *testing.T) {
+	tags := []Tag{
+		{Name: "status", Address: 0, Type: Uint16},
+		{Name: "alarm", Address: 0, Type: Bool, Bit: 0},
+		{Name: "energy", Address: 1, Type: Uint32},
+		{Name: "energy_hi", Address: 1, Type: Uint16},
+		{Name: "energy_lo", Address: 2, Type: Uint16},
+		{Name: "serial", Address: 0, Type: String, Length: 8},
+	}
+	reads := PlanReads(tags, 0, 125, 2000)
+	if len(reads) != 1 || reads[0].Address != 0 || reads[0].Quantity != 8 || len(reads[0].Tags) != len(tags) {
+		t.Fatalf("plan %v", reads)
+	}
+}

@@ -53,6 +53,7 @@ type device struct {
 	deadPolls int       // consecutive polls without any answer
 	backoff   time.Duration
 	values    []float64
+	texts     []*string // string tags: the value, the same pointer while unchanged
 	quality   []ringstore.Quality
 	last      []ringstore.Sample // last appended sample per tag, for deadband
 	batch     []ringstore.Sample
@@ -93,6 +94,7 @@ func newDevice(dc DeviceConfig, log *slog.Logger) (*device, error) {
 		maxBits: dc.MaxBits,
 		maxGap:  dc.MaxGap,
 		values:  make([]float64, len(dc.Tags)),
+		texts:   make([]*string, len(dc.Tags)),
 		quality: make([]ringstore.Quality, len(dc.Tags)),
 		last:    make([]ringstore.Sample, len(dc.Tags)),
 		batch:   make([]ringstore.Sample, 0, len(dc.Tags)),
@@ -267,6 +269,11 @@ func (d *device) poll(windowEnd time.Time, sink Sink) (answered, good bool) {
 		d.stats.GoodPolls.Add(1)
 		d.stats.LastGoodUS.Store(now.UnixMicro())
 	}
+	if good {
+		d.stats.SetReason("")
+	} else if firstErr != nil {
+		d.stats.SetReason(firstErr.Error())
+	}
 	d.logOutcome(good, firstErr)
 	return answered, good
 }
@@ -307,9 +314,15 @@ func (d *device) decode(r Read, data []byte) error {
 			end := 2 * (off + t.span())
 			if end > len(data) {
 				err = fmt.Errorf("edge: device %q: tag %q: reply too short", d.cfg.Name, t.Name)
+			} else if t.Type == String {
+				err = d.decodeText(ti, data[2*off:end])
 			} else {
 				raw, err = DecodeRegisters(t.Type, t.Order, t.Bit, data[2*off:end])
 			}
+		}
+		v := scaled(t, raw)
+		if err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			err = fmt.Errorf("edge: device %q: tag %q: %w", d.cfg.Name, t.Name, ErrNotANumber)
 		}
 		if err != nil {
 			d.quality[ti] = ringstore.Error
@@ -318,10 +331,24 @@ func (d *device) decode(r Read, data []byte) error {
 			}
 			continue
 		}
-		d.values[ti] = scaled(t, raw)
+		d.values[ti] = v
 		d.quality[ti] = ringstore.Good
 	}
 	return firstErr
+}
+
+// decodeText keeps a string tag's value, reusing the pointer while the text
+// is unchanged (no allocation per poll for a serial number).
+func (d *device) decodeText(ti int, regs []byte) error {
+	t := &d.cfg.Tags[ti]
+	s, err := DecodeString(t.Order, regs)
+	if err != nil {
+		return fmt.Errorf("edge: device %q: tag %q: %w", d.cfg.Name, t.Name, err)
+	}
+	if p := d.texts[ti]; p == nil || *p != s {
+		d.texts[ti] = &s
+	}
+	return nil
 }
 
 // scaled applies a tag's scale and offset. A scale that is 1/n for a whole
@@ -345,8 +372,14 @@ func (d *device) emit(now time.Time, sink Sink) {
 	for i := range d.cfg.Tags {
 		t := &d.cfg.Tags[i]
 		s := ringstore.Sample{Device: d.cfg.Name, Tag: t.Name, Value: d.values[i], Bool: t.Type == Bool, Quality: d.quality[i], TS: ts}
+		switch t.Type {
+		case Float32:
+			s.Kind = ringstore.KindFloat32
+		case String:
+			s.Kind, s.Text, s.Value = ringstore.KindString, d.texts[i], 0
+		}
 		if s.Quality != ringstore.Good {
-			s.Value = 0
+			s.Value, s.Text = 0, nil
 		}
 		if l := &d.last[i]; t.Deadband > 0 && l.TS != 0 && l.Quality == ringstore.Good && s.Quality == ringstore.Good &&
 			math.Abs(s.Value-l.Value) < t.Deadband {
@@ -361,6 +394,17 @@ func (d *device) emit(now time.Time, sink Sink) {
 	if _, _, err := sink.Append(d.batch); err != nil {
 		d.log.Error("samples not stored", "err", err)
 	}
+}
+
+// markDown records that d's transport could not be opened: logged at the
+// first failure and when the reason changes, not at every retry.
+func (d *device) markDown(err error) {
+	reason := err.Error()
+	if !d.stats.Down.Load() || d.stats.Reason() != reason {
+		d.log.Warn("device transport cannot open: device down, retrying with backoff", "err", err)
+	}
+	d.stats.SetReason(reason)
+	d.stats.Down.Store(true)
 }
 
 // logOutcome logs the first failure after a good poll and the recovery, not

@@ -3,6 +3,12 @@
 // samples, appends each poll's samples to the ring, and keeps per-device
 // statistics (stats.Device).
 //
+// A device whose transport cannot be opened (a missing serial port, an
+// unresolvable host, no descriptor left) is down — stats.Device.Down, with
+// the reason — and its bus retries the open with a jittered backoff (1 s to
+// 30 s); the rest of the gateway starts and polls regardless, at start-up
+// and at reload. No poll or write touches a connection that is not open.
+//
 // It never serves clients, never talks upstream and never encodes JSON:
 // samples leave through the Sink interface only.
 //

@@ -48,6 +48,7 @@ type Tag struct {
 	Type     Type
 	Order    Order
 	Bit      int // bit of a register for Bool on holding/input; ignored otherwise
+	Length   int // registers of a String tag (two characters each); ignored otherwise
 	Scale    float64
 	Offset   float64
 	Unit     string
@@ -61,11 +62,16 @@ func (t *Tag) span() int {
 	if t.Register.bits() {
 		return 1
 	}
+	if t.Type == String {
+		return max(1, t.Length)
+	}
 	return t.Type.Words()
 }
 
 // Read is one request of a poll: a contiguous range of one register kind
-// covering one or more tags.
+// covering one or more tags. Tags may overlap (a status word and bool tags
+// on its bits, a uint32 and its two uint16 halves): they share the read,
+// and each decodes its own part of the reply.
 type Read struct {
 	Register Register
 	Address  uint16

@@ -29,8 +29,9 @@ type reloadReq struct {
 // missed (a bus shared with a changed device restarts between two polls).
 // Removed devices stop and their connections close; new and changed ones
 // start, staggered. Reads of Devices and Plan see either the old set or the
-// new one. An invalid set is refused and the running one stays. Reload
-// returns an error if Run is not running (ctx decides how long to wait).
+// new one. An invalid set is refused and the running one stays. A new
+// device whose transport does not open is added down (see Run) and
+// retried by its bus; that is no error. Reload returns an error if Run is not running (ctx decides how long to wait).
 func (s *Scheduler) Reload(ctx context.Context, devs []DeviceConfig) (ReloadResult, error) {
 	req := &reloadReq{devs: devs, done: make(chan struct{})}
 	select {
@@ -100,17 +101,21 @@ func (rs *runState) apply(dcs []DeviceConfig) (ReloadResult, error) {
 			rs.detach(d)
 		}
 	}
+	// Open the transports of the buses about to start (a running bus
+	// retries its own down devices). One that does not open leaves its
+	// device down, retried by its bus: the rest of the set runs.
 	var added []*device
-	for _, d := range devs {
-		if d.conn == nil {
-			added = append(added, d)
+	for _, b := range buses {
+		if kept[b] {
+			continue
+		}
+		for _, d := range b.devices {
+			if d.conn == nil {
+				added = append(added, d)
+			}
 		}
 	}
-	if err := rs.attachAll(added); err != nil {
-		// The new devices that could not open stay in the set and fail
-		// their polls; the error is reported and the rest runs.
-		s.log.Error("reload: a new device could not open its transport", "err", err)
-	}
+	rs.attachAll(added)
 	now := time.Now()
 	for _, b := range buses {
 		if !kept[b] {
@@ -118,5 +123,5 @@ func (rs *runState) apply(dcs []DeviceConfig) (ReloadResult, error) {
 		}
 	}
 	s.log.Info("reload applied", "result", res.String(), "added", res.Added, "changed", res.Changed, "removed", res.Removed)
-	return res, err
+	return res, nil
 }

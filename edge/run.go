@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -11,14 +12,19 @@ import (
 )
 
 // runState is what Run owns while it runs: the shared transports and the
-// bus goroutines. Only Run's goroutine touches it.
+// bus goroutines. Only Run's goroutine touches buses; the transports
+// (udp, ports, failed) are also opened from bus goroutines retrying a
+// device that is down, under mu.
 type runState struct {
 	s     *Scheduler
 	ctx   context.Context
 	wg    sync.WaitGroup // the UDP reader and the bus goroutines
-	udp   *modbus.UDPSocket
-	ports map[string]*portRef // serial port or RTU-over-TCP gateway → port
 	buses map[*bus]*busRunner
+
+	mu     sync.Mutex
+	udp    *modbus.UDPSocket
+	ports  map[string]*portRef     // serial port or RTU-over-TCP gateway → port
+	failed map[string]*openFailure // open key → when it may be tried again
 }
 
 type portRef struct {
@@ -31,13 +37,42 @@ type busRunner struct {
 	done   chan struct{}
 }
 
+// Backoff of a transport that cannot be opened: the n-th consecutive
+// failure waits a random time in [d/2, d], d = min(OpenRetryMax, OpenRetryMin·2^(n-1)).
+const (
+	OpenRetryMin = time.Second
+	OpenRetryMax = 30 * time.Second
+)
+
+// openFailure is the backoff of one transport that did not open.
+type openFailure struct {
+	failures int
+	until    time.Time
+	err      error
+}
+
+func (f *openFailure) failed(now time.Time, err error) {
+	f.failures++
+	d := OpenRetryMin
+	for i := 1; i < f.failures && d < OpenRetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, OpenRetryMax)
+	f.until = now.Add(d/2 + rand.N(d/2+1))
+	f.err = err
+}
+
 // Run opens the transports (serial ports first: goburrow/serial uses
 // select(), which fails on descriptors ≥ 1024), polls until ctx is done —
 // applying the device sets Reload hands it — then closes everything. It
-// returns after every goroutine has exited.
+// returns after every goroutine has exited. A transport that cannot be
+// opened (a missing serial port, an unresolvable host, no descriptor left)
+// is its devices' problem only: they are down, with the reason in their
+// stats, and their bus retries the open with backoff (OpenRetryMin to
+// OpenRetryMax, jittered) while everything else polls.
 func (s *Scheduler) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
-	rs := &runState{s: s, ctx: ctx, ports: map[string]*portRef{}, buses: map[*bus]*busRunner{}}
+	rs := &runState{s: s, ctx: ctx, ports: map[string]*portRef{}, failed: map[string]*openFailure{}, buses: map[*bus]*busRunner{}}
 	defer func() {
 		cancel()
 		rs.stopBuses(nil)
@@ -56,9 +91,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	devs := append([]*device(nil), s.devices...)
 	buses := s.buses
 	s.mu.RUnlock()
-	if err := rs.attachAll(devs); err != nil {
-		return err
-	}
+	rs.attachAll(devs)
 	s.startWrites()
 	start := time.Now()
 	for _, b := range buses {
@@ -76,21 +109,61 @@ func (s *Scheduler) Run(ctx context.Context) error {
 }
 
 // attachAll opens the connections of devs: serial ports first, then the
-// UDP socket, then TCP (which dials lazily).
-func (rs *runState) attachAll(devs []*device) error {
+// UDP socket, then TCP (which dials lazily). A device whose transport does
+// not open is marked down; its bus retries.
+func (rs *runState) attachAll(devs []*device) {
 	order := append([]*device(nil), devs...)
 	rank := map[string]int{TransportRTU: 0, TransportRTUOverTCP: 1, TransportUDP: 2, TransportTCP: 3}
 	sort.SliceStable(order, func(i, j int) bool { return rank[order[i].cfg.Transport] < rank[order[j].cfg.Transport] })
 	for _, d := range order {
-		if err := rs.attach(d); err != nil {
-			return err
+		if _, err := rs.attach(d, true); err != nil {
+			d.markDown(err)
 		}
 	}
-	return nil
+}
+
+// openKey names what must open for d: the serial port, or the resolution
+// of a UDP device's address ("" for transports that connect lazily).
+func openKey(dc DeviceConfig) string {
+	switch dc.Transport {
+	case TransportRTU:
+		return portKey(dc)
+	case TransportUDP:
+		return "udp " + dc.Address
+	}
+	return ""
 }
 
 // attach opens d's connection (sharing the UDP socket and serial ports).
-func (rs *runState) attach(d *device) error {
+// Unless force, a transport that failed to open is not tried again before
+// its backoff has passed: tried is false and err is the last failure.
+// Safe to call from any goroutine that owns d.
+func (rs *runState) attach(d *device, force bool) (tried bool, err error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	key := openKey(d.cfg)
+	now := time.Now()
+	f := rs.failed[key]
+	if f != nil && !force && now.Before(f.until) {
+		return false, f.err
+	}
+	if err = rs.open(d); err != nil {
+		if key == "" { // nothing to back off from: report it, retry at the next window
+			return true, err
+		}
+		if f == nil {
+			f = &openFailure{}
+			rs.failed[key] = f
+		}
+		f.failed(now, err)
+		return true, err
+	}
+	delete(rs.failed, key)
+	return true, nil
+}
+
+// open is attach without the backoff; rs.mu is held.
+func (rs *runState) open(d *device) error {
 	s := rs.s
 	switch d.cfg.Transport {
 	case TransportTCP:
@@ -99,7 +172,7 @@ func (rs *runState) attach(d *device) error {
 		if rs.udp == nil {
 			sock, err := modbus.NewUDPSocket(modbus.UDPConfig{Listen: s.cfg.UDPListen, BufferBytes: s.cfg.UDPBufferBytes, Logger: s.log})
 			if err != nil {
-				return fmt.Errorf("edge: %w", err)
+				return fmt.Errorf("edge: device %q: %w", d.cfg.Name, err)
 			}
 			rs.udp = sock
 			rs.wg.Add(1)
@@ -149,6 +222,8 @@ func portKey(dc DeviceConfig) string {
 
 // detach closes d's connection, and its port when d was its last unit.
 func (rs *runState) detach(d *device) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	if d.conn == nil {
 		return
 	}
@@ -172,6 +247,7 @@ func (rs *runState) startBus(b *bus, start time.Time) {
 	ctx, cancel := context.WithCancel(rs.ctx)
 	r := &busRunner{cancel: cancel, done: make(chan struct{})}
 	rs.buses[b] = r
+	b.open = func(d *device) (bool, error) { return rs.attach(d, false) }
 	rs.wg.Add(1)
 	go func() {
 		defer rs.wg.Done()

@@ -11,9 +11,10 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
+	"edgegw/internal/backoff"
 	"edgegw/ringstore"
 	"edgegw/stats"
 )
@@ -93,12 +94,16 @@ type Pusher struct {
 	tlsMQTT *tls.Config
 	mirror  func(frame []byte) // mode always: every batch sent over WebSocket (set by Run)
 
-	wsOrigin    string // "websocket uplink <host>", passed to the Writer
-	mqttOrigin  string // "mqtt <broker host>"
-	wc          writeCounters
-	refuseLogMu sync.Mutex
-	refuseLog   rateLog
-	mqttBucket  *bucket
+	wsOrigin   string // "websocket uplink <host>", passed to the Writer
+	mqttOrigin string // "mqtt <broker host>"
+	wc         writeCounters
+	refuseLog  backoff.Log
+	mqttBucket *bucket
+
+	// Link states, each logged once per change (upstreamlog.go).
+	wsState, mqttState backoff.State
+	wsFailures         atomic.Uint64 // failed dials (what the log lines summarise)
+	mqttFailures       atomic.Uint64 // failed MQTT connection attempts
 }
 
 // New checks cfg, fills the defaults and loads TLS files. It starts nothing.
@@ -168,7 +173,7 @@ func New(cfg Config) (*Pusher, error) {
 		return nil, errors.New("push: neither a websocket url nor an mqtt broker")
 	}
 	p := &Pusher{cfg: cfg, log: cfg.Logger, q: cfg.Queue, st: cfg.State,
-		refuseLog: rateLog{every: 10 * time.Second}, mqttBucket: newBucket(m.WriteRate, m.WriteBurst)}
+		refuseLog: backoff.Log{Every: 10 * time.Second, Level: slog.LevelWarn}, mqttBucket: newBucket(m.WriteRate, m.WriteBurst)}
 	p.gwJSON, _ = json.Marshal(cfg.GatewayID)
 	var err error
 	if w.URL != "" {
@@ -233,5 +238,3 @@ func tlsConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error
 	}
 	return c, nil
 }
-
-func (p *Pusher) setPath(path string) { p.st.Path.Store(path) }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"edgegw/internal/backoff"
 	"edgegw/ringstore"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -69,12 +70,21 @@ func (p *Pusher) newMQTT() *mqttLink {
 			p.st.Reconnects.Add(1)
 		}
 		l.mu.Unlock()
-		log.Info("push: mqtt: connected")
+		p.mqttState.Set(log, slog.LevelInfo, "connected", "push: mqtt: connected")
 		l.notify()
 	})
 	o.SetConnectionLostHandler(func(_ mqtt.Client, err error) {
-		log.Warn("push: mqtt: connection lost", "err", err)
+		p.mqttState.Set(log, slog.LevelWarn, failState("lost", err), "push: mqtt: connection lost", "err", err)
 		l.notify()
+	})
+	// paho retries by itself (SetConnectRetry, SetAutoReconnect) and says
+	// why an attempt failed only here: refused (CONNACK code), unreachable,
+	// or the TLS complaint. One line per change of reason.
+	o.SetConnectionNotificationHandler(func(_ mqtt.Client, n mqtt.ConnectionNotification) {
+		if f, ok := n.(mqtt.ConnectionNotificationFailed); ok {
+			p.mqttFailures.Add(1)
+			p.mqttState.Set(log, slog.LevelWarn, failState("failed", f.Reason), "push: mqtt: cannot connect", errArgs(f.Reason)...)
+		}
 	})
 	l.c = mqtt.NewClient(o)
 	return l
@@ -220,7 +230,7 @@ func isDone(t mqtt.Token) bool {
 // ack the queue (the WebSocket does) and are not counted in SentMQTT.
 func (p *Pusher) mirrorLoop(ctx context.Context, l *mqttLink, frames <-chan []byte, skipped *atomic.Uint64) {
 	topic := p.cfg.MQTT.TopicPrefix + "/batch"
-	rl := rateLog{every: 30 * time.Second}
+	rl := backoff.Log{Every: 30 * time.Second, Level: slog.LevelWarn}
 	for {
 		select {
 		case <-ctx.Done():
@@ -230,7 +240,7 @@ func (p *Pusher) mirrorLoop(ctx context.Context, l *mqttLink, frames <-chan []by
 				skipped.Add(1) // QoS 1 tokens of a down link would only pile up
 			}
 			if n := skipped.Swap(0); n > 0 {
-				rl.log(p.log, slog.LevelWarn, "push: mqtt: mirror skipped batches (mode always, best effort)", "batches", n)
+				rl.Log(p.log, "skipped", "push: mqtt: mirror skipped batches (mode always, best effort)", "batches", n)
 			}
 			if !l.up() {
 				continue
@@ -339,9 +349,7 @@ type mqttCmd struct {
 func (p *Pusher) onMQTTWrite(l *mqttLink, c mqtt.Client, msg mqtt.Message) {
 	topic := msg.Topic()
 	if msg.Retained() {
-		p.refuseLogMu.Lock()
-		p.refuseLog.log(p.log, slog.LevelWarn, "push: mqtt: retained write command ignored; clear it with an empty retained message", "topic", topic)
-		p.refuseLogMu.Unlock()
+		p.refuseLog.Log(p.log, "retained", "push: mqtt: retained write command ignored; clear it with an empty retained message", "topic", topic)
 		return
 	}
 	p.wc.received.Add(1)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/lab/mqttbroker"
 	"edgegw/stats"
 )
 
@@ -146,7 +147,7 @@ func TestMQTTNoPubackNoAck(t *testing.T) {
 
 // Mode always: every batch that goes over WebSocket also goes to MQTT.
 func TestModeAlwaysMirrors(t *testing.T) {
-	b := NewBroker(BrokerConfig{Logger: testLogger(t)})
+	b := mqttbroker.New(mqttbroker.Config{Logger: testLogger(t)})
 	baddr, err := b.Listen()
 	if err != nil {
 		t.Fatal(err)

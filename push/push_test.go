@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"edgegw/internal/testenv"
+	"edgegw/lab/mqttbroker"
 	"edgegw/ringstore"
 	"edgegw/stats"
 
@@ -390,7 +391,7 @@ func TestMQTTPerTagAndStatus(t *testing.T) {
 
 // The embedded broker carries the batches of an MQTT-only pusher.
 func TestEmbeddedBroker(t *testing.T) {
-	b := NewBroker(BrokerConfig{Logger: testLogger(t)})
+	b := mqttbroker.New(mqttbroker.Config{Logger: testLogger(t)})
 	addr, err := b.Listen()
 	if err != nil {
 		t.Fatal(err)

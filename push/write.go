@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"strconv"
 	"sync"
@@ -282,9 +281,7 @@ func (p *Pusher) refuse(id, kind, msg, origin string) WriteAnswer {
 	default:
 		p.wc.bad.Add(1)
 	}
-	p.refuseLogMu.Lock()
-	p.refuseLog.log(p.log, slog.LevelWarn, "push: write command refused", "origin", origin, "kind", kind, "err", msg)
-	p.refuseLogMu.Unlock()
+	p.refuseLog.Log(p.log, "refused", "push: write command refused", "origin", origin, "kind", kind, "err", msg)
 	return WriteAnswer{ID: id, Kind: kind, Error: "push: write: " + msg}
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"edgegw/internal/backoff"
+
 	"github.com/gorilla/websocket"
 )
 
@@ -77,8 +79,7 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 		dialMu.Unlock()
 	}
 	log := p.log.With("url", w.URL)
-	bo := backoff{min: w.ReconnectMin, max: w.ReconnectMax}
-	fails := rateLog{every: 30 * time.Second}
+	bo := backoff.Delay{Min: w.ReconnectMin, Max: w.ReconnectMax}
 	connects := 0
 	for {
 		stopWatch := context.AfterFunc(ctx, interrupt)
@@ -100,19 +101,21 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 			}
 			if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
 				uerr := &UnauthorizedError{URL: w.URL, Status: resp.StatusCode}
-				log.Error("push: websocket: receiver refused the token; not retrying (check the token file, then restart)", "err", uerr)
+				p.wsState.Set(log, slog.LevelError, "unauthorized",
+					"push: websocket: receiver refused the token; not retrying (check the token file, then restart)", "err", uerr)
 				send(ctx, events, wsEvent{kind: wsUnauthorized})
 				return
 			}
-			d := bo.next()
-			fails.log(log, slog.LevelWarn, "push: websocket: dial failed", "err", err, "retry_in", d.Round(time.Millisecond))
+			d := bo.Next()
+			p.wsFailures.Add(1)
+			p.wsState.Set(log, slog.LevelWarn, failState("failed", err), "push: websocket: cannot connect",
+				append(errArgs(err), "retry_in", d.Round(time.Millisecond))...)
 			if !sleepCtx(ctx, d) {
 				return
 			}
 			continue
 		}
-		bo.reset()
-		fails.reset()
+		bo.Reset()
 		connects++
 		if connects > 1 {
 			p.st.Reconnects.Add(1)
@@ -128,16 +131,16 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 			conn.Close()
 			return
 		}
-		log.Info("push: websocket: connected")
+		p.wsState.Set(log, slog.LevelInfo, "connected", "push: websocket: connected")
 		err = p.session(ctx, conn)
 		if ctx.Err() != nil {
 			return
 		}
-		log.Warn("push: websocket: connection lost", "err", err)
+		p.wsState.Set(log, slog.LevelWarn, failState("lost", err), "push: websocket: connection lost", "err", err)
 		if !send(ctx, events, wsEvent{kind: wsDown}) {
 			return
 		}
-		if !sleepCtx(ctx, bo.next()) {
+		if !sleepCtx(ctx, bo.Next()) {
 			return
 		}
 	}

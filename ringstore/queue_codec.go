@@ -21,15 +21,17 @@ import (
 //	         record never spans a gap in the sequence)
 //	uvarint  n, the number of samples
 //	n times:
-//	  byte     flags: bits 0-2 quality, bit 3 bool tag, bit 4 device is the
+//	  byte     flags: bits 0-1 quality, bit 2 the sample's Kind is
+//	           KindFloat32, bit 3 bool tag, bit 4 device is the
 //	           previous sample's device (no device string follows),
 //	           bits 5-7 value kind: 0 zero, 1 integer (zig-zag varint),
 //	           2 decimal (a byte k, then the zig-zag varint m: value m/10^k,
 //	           k 1..4, used only when it decodes to the very same float64),
-//	           3 float32 (exact), 4 float64
+//	           3 float32 (exact), 4 float64, 5 text (KindString: uvarint
+//	           len, bytes)
 //	  [uvarint len, bytes]  device (only when bit 4 is clear)
 //	  uvarint len, bytes    tag
-//	  value:   nothing | varint | k, varint | 4 bytes LE | 8 bytes LE
+//	  value:   nothing | varint | k, varint | 4 bytes LE | 8 bytes LE | len, bytes
 //	  varint   ts: the first sample's TS, then the difference to the previous
 //	           sample's TS (0 for the samples of one poll: one byte)
 //
@@ -46,6 +48,7 @@ const maxRecord = 16 << 20
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 const (
+	flagFloat32    = 1 << 2
 	flagBool       = 1 << 3
 	flagSameDevice = 1 << 4
 	kindShift      = 5
@@ -54,6 +57,7 @@ const (
 	kindDec        = 2
 	kindF32        = 3
 	kindF64        = 4
+	kindText       = 5
 )
 
 var pow10 = [...]float64{1, 10, 100, 1000, 10000}
@@ -81,7 +85,10 @@ func appendRecord(b []byte, samples []Sample) []byte {
 	var prevTS int64
 	for i := range samples {
 		s := &samples[i]
-		flags := byte(s.Quality) & 7
+		flags := byte(s.Quality) & 3
+		if s.Kind == KindFloat32 {
+			flags |= flagFloat32
+		}
 		if s.Bool {
 			flags |= flagBool
 		}
@@ -93,6 +100,8 @@ func appendRecord(b []byte, samples []Sample) []byte {
 		var kind byte
 		k, m, isDec := decimal(v)
 		switch {
+		case s.Kind == KindString:
+			kind = kindText
 		case v == 0 && !math.Signbit(v):
 			kind = kindZero
 		case v != 0 && v == math.Trunc(v) && math.Abs(v) < 1<<53:
@@ -122,6 +131,13 @@ func appendRecord(b []byte, samples []Sample) []byte {
 			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(v)))
 		case kindF64:
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		case kindText:
+			var t string
+			if s.Text != nil {
+				t = *s.Text
+			}
+			b = binary.AppendUvarint(b, uint64(len(t)))
+			b = append(b, t...)
 		}
 		b = binary.AppendVarint(b, s.TS-prevTS)
 		prevTS = s.TS
@@ -198,6 +214,7 @@ func decodeRecord(b []byte, after uint64, max int, dst []Sample, names map[strin
 		}
 		p = rest
 		var v float64
+		var text *string
 		switch flags >> kindShift {
 		case kindZero:
 		case kindInt:
@@ -226,6 +243,12 @@ func decodeRecord(b []byte, after uint64, max int, dst []Sample, names map[strin
 				return dst, errors.New("bad value")
 			}
 			v, p = math.Float64frombits(binary.LittleEndian.Uint64(p)), p[8:]
+		case kindText:
+			t, rest, err := readString(p, nil)
+			if err != nil {
+				return dst, errors.New("bad value")
+			}
+			text, p = &t, rest
 		default:
 			return dst, errors.New("bad value kind")
 		}
@@ -242,8 +265,15 @@ func decodeRecord(b []byte, after uint64, max int, dst []Sample, names map[strin
 		if got >= max {
 			break
 		}
-		dst = append(dst, Sample{Seq: seq, Device: device, Tag: tag, Value: v,
-			Bool: flags&flagBool != 0, Quality: Quality(flags & 7), TS: ts})
+		kind := KindFloat64
+		switch {
+		case text != nil:
+			kind = KindString
+		case flags&flagFloat32 != 0:
+			kind = KindFloat32
+		}
+		dst = append(dst, Sample{Seq: seq, Device: device, Tag: tag, Value: v, Text: text, Kind: kind,
+			Bool: flags&flagBool != 0, Quality: Quality(flags & 3), TS: ts})
 		got++
 	}
 	return dst, nil

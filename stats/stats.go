@@ -104,6 +104,8 @@ type Device struct {
 	Demotions  atomic.Uint64 // times the device was demoted
 	Demoted    atomic.Bool   // currently polled at a reduced rate
 	LastGoodUS atomic.Int64  // Unix µs of the last good poll, 0 if never
+	Down       atomic.Bool   // the transport cannot be opened (missing port, unresolvable host): retried with backoff
+	reason     atomic.Pointer[string]
 
 	RTT   Histogram // one request's round trip (good responses only)
 	Cycle Histogram // one whole poll (all reads of the device, retries included)
@@ -116,7 +118,29 @@ type Snapshot struct {
 	Polls, GoodPolls, Overruns, Skipped, Demotions                uint64
 	Demoted                                                       bool
 	LastGoodUS                                                    int64
+	Down                                                          bool
+	Reason                                                        string // why the device is down or its last poll failed; "" when good
 	RTT, Cycle                                                    HistogramSnapshot
+}
+
+// SetReason records why the device is down or its last poll failed ("" clears it).
+func (d *Device) SetReason(r string) {
+	if cur := d.reason.Load(); (cur == nil && r == "") || (cur != nil && *cur == r) {
+		return
+	}
+	if r == "" {
+		d.reason.Store(nil)
+		return
+	}
+	d.reason.Store(&r)
+}
+
+// Reason is the last SetReason ("" when none).
+func (d *Device) Reason() string {
+	if r := d.reason.Load(); r != nil {
+		return *r
+	}
+	return ""
 }
 
 // Snapshot copies the record.
@@ -127,6 +151,7 @@ func (d *Device) Snapshot() Snapshot {
 		Late: d.Late.Load(), Duplicates: d.Duplicates.Load(), Dropped: d.Dropped.Load(),
 		Polls: d.Polls.Load(), GoodPolls: d.GoodPolls.Load(), Overruns: d.Overruns.Load(), Skipped: d.Skipped.Load(),
 		Demotions: d.Demotions.Load(), Demoted: d.Demoted.Load(), LastGoodUS: d.LastGoodUS.Load(),
+		Down: d.Down.Load(), Reason: d.Reason(),
 		RTT: d.RTT.Snapshot(), Cycle: d.Cycle.Snapshot(),
 	}
 }

@@ -14,6 +14,7 @@ const (
 // Upstream is the live state of the upstream pusher. push writes it; web reads it.
 type Upstream struct {
 	Path          atomic.Value  // string, one of the Path constants
+	PathSinceUS   atomic.Int64  // Unix µs when Path last changed (0: never set)
 	QueueSamples  atomic.Int64  // samples waiting for an acknowledgement
 	QueueBytes    atomic.Int64  // bytes they take in the queue
 	OldestUnackUS atomic.Int64  // Unix µs of the oldest unacknowledged sample's ts, 0 if none
@@ -26,6 +27,7 @@ type Upstream struct {
 // UpstreamSnapshot is a plain copy of Upstream.
 type UpstreamSnapshot struct {
 	Path                                    string
+	PathSinceUS                             int64
 	QueueSamples, QueueBytes, OldestUnackUS int64
 	Dropped, Reconnects, SentWS, SentMQTT   uint64
 }
@@ -37,7 +39,7 @@ func (u *Upstream) Snapshot() UpstreamSnapshot {
 		p = PathOff
 	}
 	return UpstreamSnapshot{
-		Path: p, QueueSamples: u.QueueSamples.Load(), QueueBytes: u.QueueBytes.Load(),
+		Path: p, PathSinceUS: u.PathSinceUS.Load(), QueueSamples: u.QueueSamples.Load(), QueueBytes: u.QueueBytes.Load(),
 		OldestUnackUS: u.OldestUnackUS.Load(), Dropped: u.Dropped.Load(), Reconnects: u.Reconnects.Load(),
 		SentWS: u.SentWS.Load(), SentMQTT: u.SentMQTT.Load(),
 	}

@@ -2,11 +2,15 @@ package web
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,5 +183,196 @@ func TestWebSocketGarbageAndHugeFrames(t *testing.T) {
 	_, _, m := ts.get(t, "/metrics")
 	if !strings.Contains(string(m), "edgegw_web_ws_bad_messages_total 4\n") {
 		t.Error("bad messages not in /metrics")
+	}
+}
+
+// clientFrom is an HTTP client whose connections leave from the loopback
+// address src (127.0.0.0/8 is all loopback on Linux): another client IP
+// for the rate limiter.
+func clientFrom(src string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 64}}
+}
+
+func status(t testing.TB, c *http.Client, url string, set func(*http.Request)) (int, http.Header) {
+	req, _ := http.NewRequest("GET", url, nil)
+	if set != nil {
+		set(req)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return 0, nil
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header
+}
+
+// A right password costs one PBKDF2 per cache period; repeating a wrong
+// one costs one too; the cache holds verdicts, not passwords.
+func TestBasicVerdictCache(t *testing.T) {
+	hash, err := HashPassword("right", 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Config{BasicAuthUser: "op", BasicAuthHash: hash,
+		RateLimit: RateLimits{ExemptLoopback: true}})
+	for range 50 {
+		if r := ts.getWith(t, "/api/status", withBasic("op", "right")); r.StatusCode != 200 {
+			t.Fatalf("right password: %d", r.StatusCode)
+		}
+	}
+	for range 20 {
+		if r := ts.getWith(t, "/api/status", withBasic("op", "wrong")); r.StatusCode != 401 {
+			t.Fatalf("wrong password: %d", r.StatusCode)
+		}
+	}
+	if st := ts.Stats(); st.PasswordHashes != 2 || st.AuthFailures != 20 {
+		t.Fatalf("70 requests, 2 distinct credentials: %d hashes, %d failures", st.PasswordHashes, st.AuthFailures)
+	}
+	// Expired verdicts are hashed again.
+	b := ts.basic
+	d := b.digest("op", "right")
+	if ok, found := b.lookup(d, time.Now().Add(goodTTL+time.Second)); found || ok {
+		t.Error("a verdict outlives goodTTL")
+	}
+	// Bounded: a full map of wrong verdicts makes room, the right one stays.
+	now := time.Now()
+	for i := range verdictsMax + 10 {
+		b.remember(b.digest("op", strconv.Itoa(i)), false, now)
+	}
+	if len(b.verdicts) > verdictsMax {
+		t.Fatalf("%d verdicts", len(b.verdicts))
+	}
+}
+
+// The budget of CPU time for hashing: positive balance lets work start,
+// what it took is charged, refill at share per second.
+func TestCPUBudget(t *testing.T) {
+	c := cpuBudget{share: 0.1, max: time.Second, bal: time.Second}
+	now := time.Now()
+	if c.take(now) != 0 {
+		t.Fatal("full budget refused")
+	}
+	c.charge(1500 * time.Millisecond)
+	wait := c.take(now)
+	if wait < 5*time.Second || wait > 5*time.Second+10*time.Millisecond {
+		t.Fatalf("500ms in debt at 10%%: wait %v, want 5s", wait)
+	}
+	if c.take(now.Add(wait)) != 0 {
+		t.Fatal("refused after the wait")
+	}
+	if c.take(now.Add(time.Hour)); c.bal != time.Second {
+		t.Fatalf("balance above max: %v", c.bal)
+	}
+}
+
+// A flood of wrong passwords (random ones, so the cache cannot help) from
+// one address: 429s come at once, PBKDF2 runs only as often as the auth
+// bucket allows, and a user at another address who logged in before is
+// served throughout (from the verdict cache).
+func TestWrongPasswordFlood(t *testing.T) {
+	hash, err := HashPassword("right", DefaultHashIterations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Config{BasicAuthUser: "op", BasicAuthHash: hash,
+		RateLimit: RateLimits{Auth: Rate{PerSec: 1, Burst: 3}, Hold: 100 * time.Millisecond}})
+	user := clientFrom("127.0.0.2")
+	if code, _ := status(t, user, ts.base+"/api/status", withBasic("op", "right")); code != 200 {
+		t.Fatalf("user: %d", code)
+	}
+	const workers, dur = 20, 2 * time.Second
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var first429 time.Duration
+	start := time.Now()
+	var wg sync.WaitGroup
+	flood := clientFrom("127.0.0.3")
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Since(start) < dur; i++ {
+				code, hdr := status(t, flood, ts.base+"/api/status", withBasic("op", fmt.Sprintf("guess-%d-%d", w, i)))
+				mu.Lock()
+				codes[code]++
+				if code == 429 && first429 == 0 {
+					first429 = time.Since(start)
+					if hdr.Get("Retry-After") == "" {
+						t.Error("429 without Retry-After")
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	userOK := 0
+	pace := time.NewTicker(100 * time.Millisecond) // a page polling at 10/s: under its read limit
+	defer pace.Stop()
+	for ; time.Since(start) < dur; <-pace.C {
+		if code, _ := status(t, user, ts.base+"/api/status", withBasic("op", "right")); code == 200 {
+			userOK++
+		} else {
+			t.Errorf("user during the flood: %d", code)
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	st := ts.Stats()
+	t.Logf("%v: codes %v, first 429 after %v, %d hashes, user served %d times", elapsed.Round(time.Millisecond), codes, first429, st.PasswordHashes, userOK)
+	if codes[429] == 0 || first429 > time.Second {
+		t.Errorf("429s: %d, first after %v", codes[429], first429)
+	}
+	// 1 for the user; the flood: burst 3 + 1/s (+1 for rounding).
+	if max := uint64(1 + 3 + int(elapsed.Seconds()) + 1); st.PasswordHashes > max {
+		t.Errorf("%d PBKDF2 runs in %v, want at most %d", st.PasswordHashes, elapsed, max)
+	}
+	if userOK == 0 {
+		t.Error("the user was never served")
+	}
+}
+
+// Many addresses cannot buy more hashing than the gateway-wide budget:
+// one verification at a time, HashCPU of one core.
+func TestHashBudgetAcrossAddresses(t *testing.T) {
+	hash, err := HashPassword("right", DefaultHashIterations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Config{BasicAuthUser: "op", BasicAuthHash: hash,
+		RateLimit: RateLimits{Hold: -1, HashCPU: 0.05}})
+	const addrs = 40
+	start := time.Now()
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clientFrom(fmt.Sprintf("127.0.%d.%d", 10+a/200, 10+a%200))
+			for i := range 3 { // within each address's auth burst
+				if code, _ := status(t, c, ts.base+"/api/status", withBasic("op", fmt.Sprintf("g%d-%d", a, i))); code == 429 {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	st := ts.Stats()
+	t.Logf("%d addresses × 3 guesses in %v: %d hashes, %d refused (hash %d)", addrs, elapsed.Round(time.Millisecond), st.PasswordHashes, refused.Load(), st.HashRefused)
+	if st.HashRefused == 0 || refused.Load() == 0 {
+		t.Fatal("no request refused for want of hashing budget")
+	}
+	// The budget: 1 s saved + 5% of the elapsed time, plus the one that may
+	// start on a last positive balance. Each hash took at least the
+	// quickest one; bound the count by what that would allow, generously.
+	if st.PasswordHashes+st.HashRefused+uint64(st.RateLimitedAuth) < addrs*3 {
+		t.Errorf("requests unaccounted: %+v", st)
+	}
+	if st.PasswordHashes >= addrs*3 {
+		t.Errorf("every guess was hashed (%d)", st.PasswordHashes)
 	}
 }

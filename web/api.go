@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"sort"
 	"time"
@@ -18,14 +19,17 @@ import (
 //	     "errors":0,"reconnects":0,"late":1,"duplicates":0,"dropped":0,"polls":3600,"good_polls":3593,
 //	     "overruns":0,"demotions":0,"demoted":false,"last_good_us":1764450000123456,
 //	     "tags":[{"name":"temperature","unit":"°C"},{"name":"setpoint","writable":true}]}]}
-//	    state: "demoted" while polled at a reduced rate; "down" when polled but no good poll for
-//	    3 intervals (or never); else "ok". Sorted by name.
+//	    state: "down" while the transport cannot be opened (retried with backoff); "demoted" while
+//	    polled at a reduced rate; "down" when polled but no good poll for 3 intervals (or never);
+//	    else "ok". reason (left out when none): why it is down or why its last poll failed, e.g.
+//	    "…: open /dev/ttyUSB0: no such file or directory". Sorted by name.
 //
 //	GET /api/status
 //	200 {"gateway":"gw-01","version":"1.2.0","seq":1042,"uptime_s":3600,
 //	     "upstream":{"path":"websocket","queue_samples":12,"queue_bytes":1340,"oldest_unack_us":1764450000000000,
 //	                 "oldest_unack_age_s":0.8,"dropped":0,"reconnects":1,"sent_ws":35000,"sent_mqtt":120},
-//	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":0,"rejected":0}}
+//	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":0,"rejected":0},
+//	     "ring":{"size":5760,"resume_window_s":60}}
 //	    upstream.path: off | websocket | mqtt | buffering | unauthorized ("off" when none configured).
 //
 //	GET /healthz
@@ -44,6 +48,7 @@ type deviceJSON struct {
 	Unit       uint8           `json:"unit"`
 	IntervalMS int64           `json:"interval_ms"`
 	State      string          `json:"state"`
+	Reason     string          `json:"reason,omitempty"` // why down (transport not open) or why the last poll failed
 	RTTms      quantilesJSON   `json:"rtt_ms"`
 	Cyclems    quantilesJSON   `json:"cycle_ms"`
 	LossRate   float64         `json:"loss_rate"`
@@ -66,8 +71,12 @@ type deviceJSON struct {
 	Tags       []stats.TagInfo `json:"tags"`
 }
 
-// deviceState: demoted wins; down when polled without a good poll for 3 intervals.
+// deviceState: a transport that cannot open is down; demoted wins next;
+// down when polled without a good poll for 3 intervals.
 func deviceState(info stats.Info, s stats.Snapshot, now time.Time) string {
+	if s.Down {
+		return "down"
+	}
 	if s.Demoted {
 		return "demoted"
 	}
@@ -123,7 +132,7 @@ func (s *Server) handleDevices(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Devices = append(out.Devices, deviceJSON{
 			Name: d.info.Name, Transport: d.info.Transport, Address: d.info.Address, Unit: d.info.Unit,
-			IntervalMS: d.info.Interval.Milliseconds(), State: deviceState(d.info, st, now),
+			IntervalMS: d.info.Interval.Milliseconds(), State: deviceState(d.info, st, now), Reason: st.Reason,
 			RTTms:    quantilesJSON{P50: ms(st.RTT.Quantile(0.5)), P95: ms(st.RTT.Quantile(0.95)), P99: ms(st.RTT.Quantile(0.99))},
 			Cyclems:  quantilesJSON{P50: ms(st.Cycle.Quantile(0.5)), P99: ms(st.Cycle.Quantile(0.99))},
 			LossRate: st.LossRate(), ValidRate: st.ValidRate(),
@@ -163,6 +172,13 @@ func (s *Server) upstream(now time.Time) upstreamJSON {
 	return out
 }
 
+// ringJSON: the ring's size and how far back (seconds, at the configured
+// poll rate) a client can resume without a reset.
+type ringJSON struct {
+	Size          int     `json:"size"`
+	ResumeWindowS float64 `json:"resume_window_s"`
+}
+
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	st := s.Stats()
@@ -180,6 +196,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		UptimeS  int64        `json:"uptime_s"`
 		Upstream upstreamJSON `json:"upstream"`
 		Clients  clients      `json:"clients"`
+		Ring     ringJSON     `json:"ring"`
 	}{
 		Gateway: s.cfg.GatewayID, Version: s.cfg.Version, Seq: s.cfg.Ring.Snapshot().Seq,
 		UptimeS: int64(now.Sub(s.started).Seconds()), Upstream: s.upstream(now),
@@ -187,6 +204,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 			Short: st.ShortPolling.Active, Long: st.LongPolling.Active, WS: st.WebSocket.Active,
 			WSDropped: st.WSDropped, Rejected: st.ShortPolling.Rejected + st.LongPolling.Rejected + st.WebSocket.Rejected,
 		},
+		Ring: ringJSON{Size: s.cfg.RingInfo.Size, ResumeWindowS: math.Round(s.cfg.RingInfo.Window.Seconds()*10) / 10},
 	})
 }
 

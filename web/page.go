@@ -6,11 +6,33 @@ import (
 	"strconv"
 )
 
-// page is the live page: one self-contained HTML file (inline CSS and JS, no
-// external URL) fed by /api/ws, /api/devices and /api/status.
+// page is the live page: one HTML file (inline CSS and JS) fed by /api/ws,
+// /api/devices, /api/status and /api/history. Its one library, uPlot 1.6.32
+// (MIT, https://github.com/leeoniya/uPlot; npm package "uplot", dist files
+// and LICENSE copied as they are), is embedded too and served under
+// /assets/: the page loads nothing from any other host and works offline.
 //
 //go:embed page.html
 var page []byte
+
+var (
+	//go:embed uplot.min.js
+	uplotJS []byte
+	//go:embed uplot.min.css
+	uplotCSS []byte
+	//go:embed uplot.LICENSE
+	uplotLicense []byte
+)
+
+// assets are the embedded files under /assets/, with their content type.
+var assets = map[string]struct {
+	body  []byte
+	ctype string
+}{
+	"uplot-1.6.32.min.js":  {uplotJS, "text/javascript; charset=utf-8"},
+	"uplot-1.6.32.min.css": {uplotCSS, "text/css; charset=utf-8"},
+	"uplot.LICENSE.txt":    {uplotLicense, "text/plain; charset=utf-8"},
+}
 
 func (s *Server) handlePage(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
@@ -18,6 +40,22 @@ func (s *Server) handlePage(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Length", strconv.Itoa(len(page)))
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self' ws: wss:; img-src 'self' data:")
+	h.Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; connect-src 'self' ws: wss:; img-src 'self' data:")
 	_, _ = w.Write(page)
+}
+
+// handleAsset serves an embedded library file; the version is in the name,
+// so browsers may keep it for a week.
+func (s *Server) handleAsset(w http.ResponseWriter, r *http.Request) {
+	a, ok := assets[r.PathValue("file")]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", a.ctype)
+	h.Set("Content-Length", strconv.Itoa(len(a.body)))
+	h.Set("Cache-Control", "public, max-age=604800")
+	h.Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(a.body)
 }

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"context"
+	"crypto/hmac"
 	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
@@ -8,7 +10,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Access control, rate limits and connection bounds.
@@ -35,22 +38,58 @@ type Rate struct {
 	Burst  int
 }
 
-// RateLimits bounds the expensive requests of each client IP: Read counts
-// shortPolling, longPolling, devices and WebSocket upgrades; Write counts
-// writes and failed authentications. Loopback clients (the gateway's own
-// host: bench, demo, a local reverse proxy) are exempt unless Loopback is
-// set.
+// RateLimits bounds each client IP per route class. The limit is checked
+// before any other work on the request (parsing credentials, hashing a
+// password, reading the ring):
+//
+//	Read     the page and the API reads (/, /api/shortPolling, longPolling, ws, devices, status, preflights)
+//	Monitor  /metrics and /healthz
+//	Write    POST /api/write
+//	Auth     failed authentications, and password verifications (a PBKDF2 of basic
+//	         credentials not in the cache): guessing runs into 429 after a few tries
+//
+// Loopback clients are limited like any other unless ExemptLoopback is set
+// (for a local reverse proxy, through which every client is 127.0.0.1:
+// limit in the proxy then).
 type RateLimits struct {
-	Read     Rate // 20/s, burst 40
-	Write    Rate // 2/s, burst 5
-	Loopback bool // limit loopback clients too
-	Clients  int  // client IPs tracked (4096); beyond it the unknown ones share one bucket
+	Read           Rate // 20/s, burst 40
+	Monitor        Rate // 5/s, burst 20
+	Write          Rate // 2/s, burst 5
+	Auth           Rate // 0.5/s, burst 5
+	ExemptLoopback bool // loopback clients are not limited
+	Clients        int  // client IPs tracked (4096); beyond it the unknown ones share one bucket
+
+	// Hold: a 429 is sent after this delay (500ms; negative: at once), so
+	// that a client looping on its refusals costs a few replies a second,
+	// not thousands. At most MaxHeld (256) replies are held at once; beyond
+	// that they go at once with Connection: close.
+	Hold    time.Duration
+	MaxHeld int
+
+	// Password hashing (basic auth) is the one expensive step a client can
+	// cause; polling must keep its CPU. At most HashConcurrency (1)
+	// verifications run at once, and they may use at most HashCPU (0.1) of
+	// one core over time (1 s of hashing saved at most); beyond either a
+	// client gets 429 and the request costs nothing more.
+	HashConcurrency int
+	HashCPU         float64 // negative: no CPU budget
 }
 
 // Defaults of RateLimits.
 var (
-	DefaultReadRate  = Rate{PerSec: 20, Burst: 40}
-	DefaultWriteRate = Rate{PerSec: 2, Burst: 5}
+	DefaultReadRate    = Rate{PerSec: 20, Burst: 40}
+	DefaultMonitorRate = Rate{PerSec: 5, Burst: 20}
+	DefaultWriteRate   = Rate{PerSec: 2, Burst: 5}
+	DefaultAuthRate    = Rate{PerSec: 0.5, Burst: 5}
+)
+
+const (
+	DefaultHold    = 500 * time.Millisecond
+	DefaultHashCPU = 0.1
+	hashWait       = time.Second // a verification waits this long for a hashing slot, then 429
+	goodTTL        = 5 * time.Minute
+	badTTL         = time.Minute
+	verdictsMax    = 1024
 )
 
 func (r *Rate) fill(def Rate) {
@@ -65,53 +104,72 @@ func (r *Rate) fill(def Rate) {
 	}
 }
 
+func (c *RateLimits) fill() {
+	c.Read.fill(DefaultReadRate)
+	c.Monitor.fill(DefaultMonitorRate)
+	c.Write.fill(DefaultWriteRate)
+	c.Auth.fill(DefaultAuthRate)
+	if c.Clients <= 0 {
+		c.Clients = 4096
+	}
+	if c.Hold == 0 {
+		c.Hold = DefaultHold
+	}
+	if c.MaxHeld <= 0 {
+		c.MaxHeld = 256
+	}
+	if c.HashConcurrency <= 0 {
+		c.HashConcurrency = 1
+	}
+	if c.HashCPU == 0 {
+		c.HashCPU = DefaultHashCPU
+	}
+}
+
 // Request classes of the rate limiter.
 const (
 	classRead = iota
+	classMonitor
 	classWrite
+	classAuth
 	nClasses
 )
 
-var classNames = [nClasses]string{classRead: "read", classWrite: "write"}
+var classNames = [nClasses]string{classRead: "read", classMonitor: "monitor", classWrite: "write", classAuth: "auth"}
 
-type buckets struct {
-	tokens [nClasses]float64
-	last   time.Time
+func (c *RateLimits) rate(class int) Rate {
+	switch class {
+	case classMonitor:
+		return c.Monitor
+	case classWrite:
+		return c.Write
+	case classAuth:
+		return c.Auth
+	}
+	return c.Read
 }
 
-// limiter holds one pair of token buckets per client IP.
+// limiter holds one token bucket per class and client IP.
 type limiter struct {
 	cfg     RateLimits
 	mu      sync.Mutex
-	clients map[netip.Addr]*buckets
+	clients map[netip.Addr]*[nClasses]*rate.Limiter
 	limited [nClasses]atomic.Uint64
 }
 
 func newLimiter(cfg RateLimits) *limiter {
-	cfg.Read.fill(DefaultReadRate)
-	cfg.Write.fill(DefaultWriteRate)
-	if cfg.Clients <= 0 {
-		cfg.Clients = 4096
-	}
-	return &limiter{cfg: cfg, clients: make(map[netip.Addr]*buckets)}
-}
-
-func (l *limiter) rate(class int) Rate {
-	if class == classWrite {
-		return l.cfg.Write
-	}
-	return l.cfg.Read
+	cfg.fill()
+	return &limiter{cfg: cfg, clients: make(map[netip.Addr]*[nClasses]*rate.Limiter)}
 }
 
 // allow takes one token of class for ip; when there is none it returns the
 // time until there is.
 func (l *limiter) allow(ip netip.Addr, class int, now time.Time) (bool, time.Duration) {
-	rt := l.rate(class)
-	if rt.PerSec < 0 || (ip.IsLoopback() && !l.cfg.Loopback) {
+	rt := l.cfg.rate(class)
+	if rt.PerSec < 0 || (ip.IsLoopback() && l.cfg.ExemptLoopback) {
 		return true, 0
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	b := l.clients[ip]
 	if b == nil {
 		if len(l.clients) >= l.cfg.Clients {
@@ -122,43 +180,31 @@ func (l *limiter) allow(ip netip.Addr, class int, now time.Time) (bool, time.Dur
 			b = l.clients[ip]
 		}
 		if b == nil {
-			b = &buckets{last: now}
-			b.tokens[classRead] = float64(l.cfg.Read.Burst)
-			b.tokens[classWrite] = float64(l.cfg.Write.Burst)
+			b = new([nClasses]*rate.Limiter)
+			for c := range nClasses {
+				if r := l.cfg.rate(c); r.PerSec > 0 {
+					b[c] = rate.NewLimiter(rate.Limit(r.PerSec), r.Burst)
+				}
+			}
 			l.clients[ip] = b
 		}
 	}
-	l.refill(b, now)
-	if b.tokens[class] >= 1 {
-		b.tokens[class]--
+	lim := b[class]
+	l.mu.Unlock()
+	if lim.AllowN(now, 1) {
 		return true, 0
 	}
 	l.limited[class].Add(1)
-	wait := time.Duration((1 - b.tokens[class]) / rt.PerSec * float64(time.Second))
+	wait := time.Duration((1 - lim.TokensAt(now)) / rt.PerSec * float64(time.Second))
 	return false, wait
-}
-
-func (l *limiter) refill(b *buckets, now time.Time) {
-	dt := now.Sub(b.last).Seconds()
-	if dt <= 0 {
-		return
-	}
-	b.last = now
-	for c := range nClasses {
-		rt := l.rate(c)
-		if rt.PerSec > 0 {
-			b.tokens[c] = min(float64(rt.Burst), b.tokens[c]+dt*rt.PerSec)
-		}
-	}
 }
 
 // sweep forgets clients whose buckets are full again (they lose nothing).
 func (l *limiter) sweep(now time.Time) {
 	for ip, b := range l.clients {
-		l.refill(b, now)
 		full := true
-		for c := range nClasses {
-			if rt := l.rate(c); rt.PerSec > 0 && b.tokens[c] < float64(rt.Burst) {
+		for _, lim := range b {
+			if lim != nil && lim.TokensAt(now) < float64(lim.Burst()) {
 				full = false
 			}
 		}
@@ -177,7 +223,8 @@ func clientIP(r *http.Request) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// limit refuses a request beyond its client's rate with 429 + Retry-After.
+// limit refuses a request beyond its client's rate of class with 429 +
+// Retry-After, before anything else is done for it.
 func (s *Server) limit(class int, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.admit(w, r, class) {
@@ -193,11 +240,38 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, class int) bool {
 	if ok {
 		return true
 	}
+	s.rlog.Log(s.log, "rate limit "+classNames[class], "web: client over its rate limit", "client", ip.String(), "class", classNames[class])
+	s.tooMany(w, r, wait, "too many "+classNames[class]+" requests from "+ip.String())
+	return false
+}
+
+// tooMany answers 429 with Retry-After (whole seconds, at least 1), after
+// holding the reply for RateLimits.Hold.
+func (s *Server) tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration, msg string) {
 	secs := max(1, int(math.Ceil(wait.Seconds())))
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	s.rlog.log(s.log, "rate limit "+classNames[class], "web: client over its rate limit", "client", ip.String(), "class", classNames[class])
-	writeError(w, http.StatusTooManyRequests, "too many "+classNames[class]+" requests from "+ip.String()+"; retry in "+strconv.Itoa(secs)+"s")
-	return false
+	s.hold(w, r)
+	writeError(w, http.StatusTooManyRequests, msg+"; retry in "+strconv.Itoa(secs)+"s")
+}
+
+func (s *Server) hold(w http.ResponseWriter, r *http.Request) {
+	d := s.lim.cfg.Hold
+	if d <= 0 {
+		return
+	}
+	if s.held.Add(1) > int64(s.lim.cfg.MaxHeld) {
+		s.held.Add(-1)
+		w.Header().Set("Connection", "close")
+		return
+	}
+	defer s.held.Add(-1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+	case <-s.shutdown:
+	}
 }
 
 // tokenEqual compares in constant time (for equal lengths; the length of a
@@ -219,42 +293,108 @@ func (s *Server) readProtected() bool {
 	return s.cfg.ReadToken != "" || s.basic != nil
 }
 
-// readAuthorized: the read token, the write token, or basic credentials.
-func (s *Server) readAuthorized(r *http.Request) bool {
+// Outcomes of an authentication.
+type authResult int
+
+const (
+	authOK       authResult = iota
+	authFailed              // no or wrong credentials: 401 (charged to the client's auth bucket)
+	authWrong               // wrong password, verified: 401, already charged
+	authAnswered            // a 429 was written (auth bucket empty, or no hashing budget)
+)
+
+// checkRead: the read token, the write token, or basic credentials.
+func (s *Server) checkRead(w http.ResponseWriter, r *http.Request) authResult {
 	if tok, ok := bearer(r); ok {
-		return tokenEqual(tok, s.cfg.ReadToken) || tokenEqual(tok, s.cfg.WriteToken)
+		if tokenEqual(tok, s.cfg.ReadToken) || tokenEqual(tok, s.cfg.WriteToken) {
+			return authOK
+		}
+		return authFailed
 	}
 	if s.basic != nil {
 		if u, p, ok := r.BasicAuth(); ok {
-			return s.basic.check(u, p)
+			return s.checkBasic(w, r, u, p)
 		}
 	}
-	return false
+	return authFailed
+}
+
+// checkBasic answers from the verdict cache when it can. Otherwise the
+// password must be hashed: the client first pays a token of its auth
+// bucket, then the request waits (at most hashWait) for a hashing slot and
+// needs the gateway-wide hashing budget; only then is PBKDF2 run.
+func (s *Server) checkBasic(w http.ResponseWriter, r *http.Request, user, pass string) authResult {
+	b := s.basic
+	d := b.digest(user, pass)
+	if ok, found := b.lookup(d, time.Now()); found {
+		if ok {
+			return authOK
+		}
+		return authFailed
+	}
+	if !s.admit(w, r, classAuth) {
+		return authAnswered
+	}
+	if !b.acquire(r.Context()) {
+		s.hashRefused.Add(1)
+		s.rlog.Log(s.log, "hash busy", "web: password verification busy; client refused", "client", clientIP(r).String())
+		s.tooMany(w, r, time.Second, "busy verifying passwords")
+		return authAnswered
+	}
+	defer b.release()
+	if ok, found := b.lookup(d, time.Now()); found { // verified by another request meanwhile
+		if ok {
+			return authOK
+		}
+		return authWrong
+	}
+	if wait := b.budget.take(time.Now()); wait > 0 {
+		s.hashRefused.Add(1)
+		s.rlog.Log(s.log, "hash budget", "web: password hashing over its CPU budget; client refused", "client", clientIP(r).String())
+		s.tooMany(w, r, wait, "busy verifying passwords")
+		return authAnswered
+	}
+	start := time.Now()
+	ok := b.verify(user, pass)
+	b.budget.charge(time.Since(start))
+	b.hashes.Add(1)
+	b.remember(d, ok, time.Now())
+	if ok {
+		return authOK
+	}
+	return authWrong
 }
 
 // readAuth guards the page and the API when a read token or basic auth is set.
 func (s *Server) readAuth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.readProtected() && !s.readAuthorized(r) {
+		if !s.readProtected() {
+			next(w, r)
+			return
+		}
+		res := s.checkRead(w, r)
+		switch res {
+		case authOK:
+			next(w, r)
+		case authFailed, authWrong:
 			msg := "credentials required: Authorization: Bearer <read token>"
 			if s.basic != nil {
 				msg += " or basic auth"
 			}
-			s.unauthorized(w, r, msg)
-			return
+			s.unauthorized(w, r, msg, res == authWrong)
 		}
-		next(w, r)
 	}
 }
 
-// unauthorized answers 401 and charges the client's write bucket, so that
-// guessing tokens runs into 429 after a few tries.
-func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, msg string) {
+// unauthorized answers 401 and, unless the attempt was charged already,
+// takes a token of the client's auth bucket: guessing runs into 429 after
+// a few tries.
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, msg string, charged bool) {
 	s.authFailures.Add(1)
-	if !s.admit(w, r, classWrite) {
+	if !charged && !s.admit(w, r, classAuth) {
 		return
 	}
-	s.rlog.log(s.log, "auth", "web: request without valid credentials", "client", clientIP(r).String(), "path", r.URL.Path)
+	s.rlog.Log(s.log, "auth", "web: request without valid credentials", "client", clientIP(r).String(), "path", r.URL.Path)
 	w.Header().Set("WWW-Authenticate", `Bearer realm="edgegw"`)
 	if s.basic != nil {
 		w.Header().Add("WWW-Authenticate", `Basic realm="edgegw", charset="UTF-8"`)
@@ -288,18 +428,32 @@ func HashPassword(password string, iterations int) (string, error) {
 }
 
 // basicAuth checks basic credentials. Verifying a PBKDF2 hash is slow on
-// purpose; a browser sends the credentials with every request, so the
-// digests of credentials that were right once are remembered (a few).
+// purpose, and a browser sends the credentials with every request, so
+// verdicts are cached: a map from an HMAC of user and password (under a key
+// made at start, so the map holds nothing a password could be guessed
+// from offline) to the verdict, good for goodTTL when right and badTTL when
+// wrong, at most verdictsMax entries. A user costs one PBKDF2 per goodTTL;
+// repeating a wrong password costs none.
 type basicAuth struct {
-	user  string
-	iter  int
-	salt  []byte
-	key   []byte
-	mu    sync.Mutex
-	known map[[32]byte]bool // sha256(user\x00password) of accepted credentials
+	user   string
+	iter   int
+	salt   []byte
+	key    []byte
+	mac    []byte // key of the cache digests
+	sem    chan struct{}
+	budget cpuBudget
+	hashes atomic.Uint64 // PBKDF2 verifications run
+
+	mu       sync.Mutex
+	verdicts map[[32]byte]verdict
 }
 
-func parseBasic(user, hash string) (*basicAuth, error) {
+type verdict struct {
+	ok    bool
+	until time.Time
+}
+
+func parseBasic(user, hash string, lim RateLimits) (*basicAuth, error) {
 	if user == "" && hash == "" {
 		return nil, nil
 	}
@@ -320,32 +474,144 @@ func parseBasic(user, hash string) (*basicAuth, error) {
 	if err1 != nil || err2 != nil || len(salt) < 8 || len(key) != 32 {
 		return nil, errors.New("web: basic auth password hash: bad salt or key encoding")
 	}
-	return &basicAuth{user: user, iter: iter, salt: salt, key: key, known: make(map[[32]byte]bool)}, nil
+	mac := make([]byte, 32)
+	if _, err := rand.Read(mac); err != nil {
+		return nil, fmt.Errorf("web: basic auth: %w", err)
+	}
+	lim.fill()
+	return &basicAuth{user: user, iter: iter, salt: salt, key: key, mac: mac,
+		sem:      make(chan struct{}, lim.HashConcurrency),
+		budget:   cpuBudget{share: lim.HashCPU, max: time.Second, bal: time.Second},
+		verdicts: make(map[[32]byte]verdict)}, nil
 }
 
-func (b *basicAuth) check(user, password string) bool {
-	d := sha256.Sum256([]byte(user + "\x00" + password))
+func (b *basicAuth) digest(user, password string) (d [32]byte) {
+	h := hmac.New(sha256.New, b.mac)
+	h.Write([]byte(user))
+	h.Write([]byte{0})
+	h.Write([]byte(password))
+	h.Sum(d[:0])
+	return d
+}
+
+func (b *basicAuth) lookup(d [32]byte, now time.Time) (ok, found bool) {
 	b.mu.Lock()
-	ok := b.known[d]
-	b.mu.Unlock()
-	if ok {
-		return true
+	defer b.mu.Unlock()
+	v, found := b.verdicts[d]
+	if !found || now.After(v.until) {
+		return false, false
 	}
+	return v.ok, true
+}
+
+// remember stores a verdict; a full map first loses its expired entries,
+// then its wrong ones, then everything.
+func (b *basicAuth) remember(d [32]byte, ok bool, now time.Time) {
+	ttl := badTTL
+	if ok {
+		ttl = goodTTL
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.verdicts) >= verdictsMax {
+		for k, v := range b.verdicts {
+			if now.After(v.until) {
+				delete(b.verdicts, k)
+			}
+		}
+	}
+	if len(b.verdicts) >= verdictsMax {
+		for k, v := range b.verdicts {
+			if !v.ok {
+				delete(b.verdicts, k)
+			}
+		}
+	}
+	if len(b.verdicts) >= verdictsMax {
+		clear(b.verdicts)
+	}
+	b.verdicts[d] = verdict{ok: ok, until: now.Add(ttl)}
+}
+
+// acquire takes a hashing slot, waiting at most hashWait.
+func (b *basicAuth) acquire(ctx context.Context) bool {
+	select {
+	case b.sem <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(hashWait)
+	defer t.Stop()
+	select {
+	case b.sem <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+func (b *basicAuth) release() { <-b.sem }
+
+// verify runs PBKDF2 and compares in constant time.
+func (b *basicAuth) verify(user, password string) bool {
 	key, err := pbkdf2.Key(sha256.New, password, b.salt, b.iter, len(b.key))
 	if err != nil {
 		return false
 	}
 	userOK := subtle.ConstantTimeCompare([]byte(user), []byte(b.user))
-	if subtle.ConstantTimeCompare(key, b.key)&userOK != 1 {
-		return false
+	return subtle.ConstantTimeCompare(key, b.key)&userOK == 1
+}
+
+// check is one verification through the cache (no budgets): for tests and
+// callers that are not HTTP requests.
+func (b *basicAuth) check(user, password string) bool {
+	d := b.digest(user, password)
+	if ok, found := b.lookup(d, time.Now()); found {
+		return ok
 	}
-	b.mu.Lock()
-	if len(b.known) >= 16 {
-		clear(b.known)
+	ok := b.verify(user, password)
+	b.hashes.Add(1)
+	b.remember(d, ok, time.Now())
+	return ok
+}
+
+// cpuBudget is a token bucket of CPU time: it fills at share seconds per
+// second up to max; work may start while the balance is positive and is
+// charged what it took (the balance may go below zero).
+type cpuBudget struct {
+	share float64 // negative: no budget
+	max   time.Duration
+
+	mu   sync.Mutex
+	bal  time.Duration
+	last time.Time
+}
+
+// take returns 0 when work may start, else the time until it may.
+func (c *cpuBudget) take(now time.Time) time.Duration {
+	if c.share < 0 {
+		return 0
 	}
-	b.known[d] = true
-	b.mu.Unlock()
-	return true
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.last.IsZero() && now.After(c.last) {
+		c.bal = min(c.max, c.bal+time.Duration(float64(now.Sub(c.last))*c.share))
+	}
+	c.last = now
+	if c.bal > 0 {
+		return 0
+	}
+	return time.Duration(float64(-c.bal)/c.share) + time.Millisecond
+}
+
+func (c *cpuBudget) charge(d time.Duration) {
+	if c.share < 0 {
+		return
+	}
+	c.mu.Lock()
+	c.bal -= d
+	c.mu.Unlock()
 }
 
 // connLimiter accepts at most max connections at once; beyond it a new
@@ -367,7 +633,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			l.s.connsOpen.Add(-1)
 			l.s.connsRefused.Add(1)
 			_ = c.Close()
-			l.s.rlog.log(l.s.log, "conns", "web: connection limit reached; closing new connections", "max_conns", l.max)
+			l.s.rlog.Log(l.s.log, "conns", "web: connection limit reached; closing new connections", "max_conns", l.max)
 			continue
 		}
 		return &countedConn{Conn: c, s: l.s}, nil
@@ -385,33 +651,4 @@ func (c *countedConn) Close() error {
 		c.s.connsOpen.Add(-1)
 	}
 	return c.Conn.Close()
-}
-
-// rateLog logs one kind of event at most once per interval, with the number
-// of events left out since the last line: a flood must not flood the log.
-type rateLog struct {
-	every time.Duration
-	mu    sync.Mutex
-	last  map[string]time.Time
-	quiet map[string]int
-}
-
-func (l *rateLog) log(lg *slog.Logger, kind, msg string, args ...any) {
-	now := time.Now()
-	l.mu.Lock()
-	if l.last == nil {
-		l.last, l.quiet = make(map[string]time.Time), make(map[string]int)
-	}
-	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
-		l.quiet[kind]++
-		l.mu.Unlock()
-		return
-	}
-	n := l.quiet[kind]
-	l.last[kind], l.quiet[kind] = now, 0
-	l.mu.Unlock()
-	if n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	lg.Warn(msg, args...)
 }

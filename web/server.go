@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"edgegw/internal/backoff"
 	"edgegw/ringstore"
 	"edgegw/stats"
 
@@ -75,7 +76,7 @@ type Config struct {
 	BasicAuthUser  string     // basic auth for the page and API reads (with BasicAuthHash)
 	BasicAuthHash  string     // HashPassword's output
 	ProtectMetrics bool       // /metrics needs read credentials too (/healthz stays open)
-	RateLimit      RateLimits // per client IP; zero value = defaults, loopback exempt
+	RateLimit      RateLimits // per client IP and route class; zero value = defaults, loopback limited too
 	TLSCertFile    string     // HTTPS when both are set (PEM files)
 	TLSKeyFile     string
 
@@ -89,6 +90,8 @@ type Config struct {
 	Ring     Ring            // required
 	Devices  Devices         // nil: no devices
 	Upstream *stats.Upstream // nil: no upstream configured
+	History  History         // nil: /api/history answers 404 (history.go)
+	RingInfo RingInfo        // shown in /api/status
 
 	Logger *slog.Logger // nil: discard
 }
@@ -167,6 +170,9 @@ type ClientStats struct {
 	WSFramesSent                          uint64 // data frames written to WebSocket clients
 	TooLarge                              uint64 // requests refused with 413/431
 	RateLimitedRead, RateLimitedWrite     uint64 // requests refused with 429, per class
+	RateLimitedMonitor, RateLimitedAuth   uint64
+	HashRefused                           uint64 // 429: no hashing slot or CPU budget for a password verification
+	PasswordHashes                        uint64 // PBKDF2 verifications run (credentials not in the cache)
 	AuthFailures                          uint64 // requests refused with 401
 	ConnsOpen                             int64  // TCP connections open now
 	ConnsRefused                          uint64 // connections closed at accept beyond MaxConns
@@ -192,7 +198,9 @@ type Server struct {
 	lim           *limiter
 	basic         *basicAuth
 	basicErr      error // reported by Listen
-	rlog          rateLog
+	rlog          backoff.Log
+	held          atomic.Int64  // 429 replies being held
+	hashRefused   atomic.Uint64 // 429 for want of a hashing slot or budget
 	authFailures  atomic.Uint64
 	connsOpen     atomic.Int64
 	connsRefused  atomic.Uint64
@@ -237,9 +245,9 @@ func New(cfg Config) *Server {
 		origins:  make(map[string]bool),
 		shutdown: make(chan struct{}),
 		lim:      newLimiter(cfg.RateLimit),
-		rlog:     rateLog{every: 10 * time.Second},
+		rlog:     backoff.Log{Every: 10 * time.Second, Level: slog.LevelWarn},
 	}
-	s.basic, s.basicErr = parseBasic(cfg.BasicAuthUser, cfg.BasicAuthHash)
+	s.basic, s.basicErr = parseBasic(cfg.BasicAuthUser, cfg.BasicAuthHash, cfg.RateLimit)
 	for _, o := range cfg.AllowedOrigins {
 		if o == "*" {
 			s.anyOrig = true
@@ -256,19 +264,22 @@ func New(cfg Config) *Server {
 		EnableCompression: false,
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", s.readAuth(s.handlePage))
+	// Every route is rate-limited first (security.go), then authenticated.
+	mux.HandleFunc("GET /{$}", s.limit(classRead, s.readAuth(s.handlePage)))
 	mux.HandleFunc("GET /api/shortPolling", s.limit(classRead, s.readAuth(s.handleShort)))
 	mux.HandleFunc("GET /api/longPolling", s.limit(classRead, s.readAuth(s.handleLong)))
 	mux.HandleFunc("GET /api/ws", s.limit(classRead, s.readAuth(s.handleWS)))
 	mux.HandleFunc("GET /api/devices", s.limit(classRead, s.readAuth(s.handleDevices)))
-	mux.HandleFunc("GET /api/status", s.readAuth(s.handleStatus))
+	mux.HandleFunc("GET /api/status", s.limit(classRead, s.readAuth(s.handleStatus)))
+	mux.HandleFunc("GET /api/history", s.limit(classRead, s.readAuth(s.handleHistory)))
+	mux.HandleFunc("GET /assets/{file}", s.limit(classRead, s.readAuth(s.handleAsset)))
 	mux.HandleFunc("POST /api/write", s.limit(classWrite, s.handleWrite))
-	mux.HandleFunc("OPTIONS /api/{path...}", s.handlePreflight)
-	mux.HandleFunc("GET /healthz", s.handleHealth)
+	mux.HandleFunc("OPTIONS /api/{path...}", s.limit(classRead, s.handlePreflight))
+	mux.HandleFunc("GET /healthz", s.limit(classMonitor, s.handleHealth))
 	if cfg.ProtectMetrics {
-		mux.HandleFunc("GET /metrics", s.readAuth(s.handleMetrics))
+		mux.HandleFunc("GET /metrics", s.limit(classMonitor, s.readAuth(s.handleMetrics)))
 	} else {
-		mux.HandleFunc("GET /metrics", s.handleMetrics)
+		mux.HandleFunc("GET /metrics", s.limit(classMonitor, s.handleMetrics))
 	}
 	s.handler = s.guard(mux)
 	return s
@@ -384,10 +395,19 @@ func (s *Server) Stats() ClientStats {
 		ShortPolling: get(mShort), LongPolling: get(mLong), WebSocket: get(mWS),
 		WSDropped: s.wsDrops.Load(), WSFramesSent: s.wsFrames.Load(), TooLarge: s.tooLarge.Load(),
 		RateLimitedRead: s.lim.limited[classRead].Load(), RateLimitedWrite: s.lim.limited[classWrite].Load(),
+		RateLimitedMonitor: s.lim.limited[classMonitor].Load(), RateLimitedAuth: s.lim.limited[classAuth].Load(),
+		HashRefused: s.hashRefused.Load(), PasswordHashes: s.passwordHashes(),
 		AuthFailures: s.authFailures.Load(), ConnsOpen: s.connsOpen.Load(), ConnsRefused: s.connsRefused.Load(),
 		WSBadMessages: s.wsBad.Load(), WritesOK: s.writesOK.Load(), WritesFailed: s.writesFailed.Load(),
 		WritesRefused: s.writesRefused.Load(),
 	}
+}
+
+func (s *Server) passwordHashes() uint64 {
+	if s.basic == nil {
+		return 0
+	}
+	return s.basic.hashes.Load()
 }
 
 // acquire takes a slot of method m; false (and a 503 written) beyond MaxClients.

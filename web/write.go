@@ -70,7 +70,7 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
 	}
 	tok, ok := bearer(r)
 	if !ok || !tokenEqual(tok, s.cfg.WriteToken) {
-		s.unauthorized(w, r, "writes need Authorization: Bearer <write token>")
+		s.unauthorized(w, r, "writes need Authorization: Bearer <write token>", false)
 		return
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {

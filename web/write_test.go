@@ -274,7 +274,7 @@ func TestWriteDeeplyNested(t *testing.T) {
 
 func TestWriteRateLimit(t *testing.T) {
 	w := &scriptWriter{}
-	ts := startServer(t, Config{Writer: w, WriteToken: testToken, RateLimit: RateLimits{Loopback: true, Write: Rate{PerSec: 0.5, Burst: 3}}})
+	ts := startServer(t, Config{Writer: w, WriteToken: testToken, RateLimit: RateLimits{Hold: -1, Write: Rate{PerSec: 0.5, Burst: 3}}})
 	body := `{"device":"d","tag":"t","value":1}`
 	var codes []int
 	for range 5 {
@@ -293,9 +293,9 @@ func TestWriteRateLimit(t *testing.T) {
 	}
 }
 
-// Wrong tokens cost the client's write bucket: guessing runs into 429.
+// Wrong tokens cost the client's auth bucket: guessing runs into 429.
 func TestAuthFailuresAreRateLimited(t *testing.T) {
-	ts := startServer(t, Config{ReadToken: testToken, RateLimit: RateLimits{Loopback: true, Write: Rate{PerSec: 0.1, Burst: 4}}})
+	ts := startServer(t, Config{ReadToken: testToken, RateLimit: RateLimits{Hold: -1, Auth: Rate{PerSec: 0.1, Burst: 4}}})
 	var codes []int
 	for range 6 {
 		req, _ := http.NewRequest("GET", ts.base+"/api/status", nil)

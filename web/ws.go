@@ -398,7 +398,7 @@ func (s *Server) wsRead(c *wsClient) {
 				// gorilla sent 1009 "message too big" itself
 				c.closeSent.Store(true)
 				s.wsBad.Add(1)
-				s.rlog.log(s.log, "ws bad", "web: websocket client closed: message over the read limit",
+				s.rlog.Log(s.log, "ws bad", "web: websocket client closed: message over the read limit",
 					"remote", conn.RemoteAddr().String(), "limit", s.cfg.WSReadLimit)
 			}
 			return
@@ -407,7 +407,7 @@ func (s *Server) wsRead(c *wsClient) {
 		n, msg := parseResume(data)
 		if msg != "" {
 			s.wsBad.Add(1)
-			s.rlog.log(s.log, "ws bad", "web: websocket client closed: "+msg, "remote", conn.RemoteAddr().String())
+			s.rlog.Log(s.log, "ws bad", "web: websocket client closed: "+msg, "remote", conn.RemoteAddr().String())
 			if c.closeSent.CompareAndSwap(false, true) {
 				_ = conn.WriteControl(websocket.CloseMessage,
 					websocket.FormatCloseMessage(websocket.CloseInvalidFramePayloadData, msg),

@@ -114,6 +114,16 @@ func buildFlags(out string) []string {
 		"-o", out, "."}
 }
 
+// gatewayFlags mirror GWFLAGS in the Makefile: the release gateway binary
+// leaves the lab out and does not inline the TLS, X.509 and bignum code.
+var gatewayFlags = []string{"-tags", "nolab", "-gcflags=crypto/...=-l", "-gcflags=math/big=-l", "-gcflags=encoding/asn1=-l"}
+
+// gatewayBuildFlags are buildFlags with gatewayFlags after "build".
+func gatewayBuildFlags(out string) []string {
+	f := buildFlags(out)
+	return append(append([]string{f[0]}, gatewayFlags...), f[1:]...)
+}
+
 // goenv maps a release arch name to its GOOS/GOARCH/GOARM.
 func goenv(arch string) []string {
 	switch arch {
@@ -133,13 +143,24 @@ var (
 	binDir   string
 )
 
-// binary builds edgegw for arch once per test binary (static, stamped) and
-// returns its path.
+// binary builds the release gateway binary (no lab) for arch once per test
+// binary (static, stamped) and returns its path.
 func binary(t *testing.T, arch string) string {
+	t.Helper()
+	return build(t, "edgegw-"+arch, arch, gatewayBuildFlags)
+}
+
+// labBinary builds the lab binary (gateway + demo, sim, receive, bench).
+func labBinary(t *testing.T, arch string) string {
+	t.Helper()
+	return build(t, "edgegw-lab-"+arch, arch, buildFlags)
+}
+
+func build(t *testing.T, name, arch string, flags func(out string) []string) string {
 	t.Helper()
 	binMu.Lock()
 	defer binMu.Unlock()
-	if p, ok := binCache[arch]; ok {
+	if p, ok := binCache[name]; ok {
 		return p
 	}
 	if binDir == "" {
@@ -149,10 +170,10 @@ func binary(t *testing.T, arch string) string {
 		}
 		binDir = d
 	}
-	p := filepath.Join(binDir, "edgegw-"+arch)
+	p := filepath.Join(binDir, name)
 	env := append([]string{"CGO_ENABLED=0"}, goenv(arch)...)
-	mustRun(t, root(t), env, goTool(), buildFlags(p)...)
-	binCache[arch] = p
+	mustRun(t, root(t), env, goTool(), flags(p)...)
+	binCache[name] = p
 	return p
 }
 

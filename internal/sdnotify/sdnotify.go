@@ -2,28 +2,21 @@ package sdnotify
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
 )
 
-// States understood by systemd (sd_notify(3)). Several may be sent in one
-// datagram, separated by newlines.
+// States understood by systemd (sd_notify(3)), as go-systemd spells them.
 const (
-	Ready        = "READY=1"     // start-up finished (Type=notify)
-	Stopping     = "STOPPING=1"  // shutdown began
-	WatchdogPing = "WATCHDOG=1"  // keep-alive ping (WatchdogSec=)
-	reloading    = "RELOADING=1" // see Reloading
+	Ready        = daemon.SdNotifyReady    // start-up finished (Type=notify)
+	Stopping     = daemon.SdNotifyStopping // shutdown began
+	WatchdogPing = daemon.SdNotifyWatchdog // keep-alive ping (WatchdogSec=)
 )
-
-// ErrUnsupportedSocket is returned for a $NOTIFY_SOCKET that is neither an
-// absolute path nor "@abstract" (systemd's vsock: form is not supported).
-var ErrUnsupportedSocket = errors.New("sdnotify: unsupported NOTIFY_SOCKET address")
 
 // Status is the free-form one-line status systemctl shows.
 func Status(msg string) string {
@@ -32,86 +25,21 @@ func Status(msg string) string {
 
 // Reloading is the state sent when a SIGHUP reload begins; send Ready when
 // it has finished. MONOTONIC_USEC is required by Type=notify-reload and
-// harmless otherwise.
+// harmless otherwise (go-systemd leaves it to the caller).
 func Reloading() string {
 	usec, ok := monotonicUsec()
 	if !ok {
-		return reloading
+		return daemon.SdNotifyReloading
 	}
-	return reloading + "\nMONOTONIC_USEC=" + strconv.FormatInt(usec, 10)
+	return daemon.SdNotifyReloading + "\nMONOTONIC_USEC=" + strconv.FormatInt(usec, 10)
 }
 
-// Notify sends state to the socket in $NOTIFY_SOCKET. It reports false and
-// no error when the variable is unset (not started by systemd, or
-// NotifyAccess=none).
-func Notify(state string) (bool, error) {
-	return send(os.Getenv("NOTIFY_SOCKET"), state)
-}
-
-// send writes state as one datagram to socket. An empty socket is "not
-// under systemd": (false, nil).
-func send(socket, state string) (bool, error) {
-	if socket == "" {
-		return false, nil
-	}
-	// Linux: a leading '@' is the abstract namespace (a leading NUL on the
-	// wire); the net package translates "@name" itself.
-	if socket[0] != '/' && socket[0] != '@' {
-		return false, fmt.Errorf("%w: %q", ErrUnsupportedSocket, socket)
-	}
-	addr := &net.UnixAddr{Name: socket, Net: "unixgram"}
-	conn, err := net.DialUnix("unixgram", nil, addr)
-	if err != nil {
-		return false, fmt.Errorf("sdnotify: dial %s: %w", socket, err)
-	}
-	defer conn.Close()
-	// Wire: one datagram, "KEY=VALUE" lines separated by '\n', no framing.
-	if _, err := conn.Write([]byte(state)); err != nil {
-		return false, fmt.Errorf("sdnotify: send %q to %s: %w", firstLine(state), socket, err)
-	}
-	return true, nil
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
-
-// WatchdogInterval returns the watchdog timeout systemd expects pings
-// within ($WATCHDOG_USEC), and false when no watchdog is set up for this
-// process (unset, unparsable or zero, or $WATCHDOG_PID naming another
-// process). Ping at half of it (Watchdog does).
-func WatchdogInterval() (time.Duration, bool) {
-	return watchdogInterval(os.Getenv("WATCHDOG_USEC"), os.Getenv("WATCHDOG_PID"), os.Getpid())
-}
-
-func watchdogInterval(usecStr, pidStr string, self int) (time.Duration, bool) {
-	if usecStr == "" {
-		return 0, false
-	}
-	usec, err := strconv.ParseUint(usecStr, 10, 64)
-	if err != nil || usec == 0 || usec > uint64(1<<63-1)/uint64(time.Microsecond) {
-		return 0, false
-	}
-	if pidStr != "" {
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid != self {
-			return 0, false
-		}
-	}
-	return time.Duration(usec) * time.Microsecond, true
-}
-
-// Config configures a Watchdog. The zero value means: socket from
-// $NOTIFY_SOCKET, period half of $WATCHDOG_USEC, no health check, no log.
+// Config configures a Watchdog. The zero value means: period half of
+// $WATCHDOG_USEC, no health check, no log.
 type Config struct {
-	// Socket overrides $NOTIFY_SOCKET (tests, or a caller that cleared the
-	// environment for its children).
-	Socket string
-	// Interval between pings. Zero: half of WatchdogInterval(). When it is
-	// zero and no watchdog is configured, Run only waits for its context.
+	// Interval between pings. Zero: half of the watchdog period systemd set
+	// ($WATCHDOG_USEC for this process). When it is zero and no watchdog is
+	// configured, Run only waits for its context.
 	Interval time.Duration
 	// Check, when set, is called before every ping; an error skips the ping
 	// (so systemd restarts a gateway whose main loop is stuck) and is logged.
@@ -120,9 +48,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Watchdog pings systemd's watchdog ("WATCHDOG=1") from Run.
+// Watchdog pings systemd's watchdog ("WATCHDOG=1") from Run, after a health
+// check: that check is what go-systemd does not do for us.
 type Watchdog struct {
-	socket   string
 	interval time.Duration
 	check    func() error
 	log      *slog.Logger
@@ -130,12 +58,9 @@ type Watchdog struct {
 
 // New fills defaults from the environment. It starts no goroutine.
 func New(cfg Config) *Watchdog {
-	w := &Watchdog{socket: cfg.Socket, interval: cfg.Interval, check: cfg.Check, log: cfg.Logger}
-	if w.socket == "" {
-		w.socket = os.Getenv("NOTIFY_SOCKET")
-	}
+	w := &Watchdog{interval: cfg.Interval, check: cfg.Check, log: cfg.Logger}
 	if w.interval <= 0 {
-		if d, ok := WatchdogInterval(); ok {
+		if d, err := daemon.SdWatchdogEnabled(false); err == nil && d > 0 {
 			w.interval = d / 2
 		}
 	}
@@ -145,26 +70,32 @@ func New(cfg Config) *Watchdog {
 	return w
 }
 
-// Enabled reports whether Run will ping (a socket and a period are known).
-func (w *Watchdog) Enabled() bool { return w.socket != "" && w.interval > 0 }
+// Interval is the ping period (zero when no watchdog is set up).
+func (w *Watchdog) Interval() time.Duration { return w.interval }
 
-// Interval is the ping period (zero when disabled).
-func (w *Watchdog) Interval() time.Duration {
-	if !w.Enabled() {
-		return 0
+// Notify sends state to $NOTIFY_SOCKET. It reports false and no error when
+// the variable is unset (not started by systemd, or NotifyAccess=none).
+func (w *Watchdog) Notify(state string) (bool, error) {
+	ok, err := daemon.SdNotify(false, state)
+	if err != nil {
+		return false, fmt.Errorf("sdnotify: send %q: %w", firstLine(state), err)
 	}
-	return w.interval
+	return ok, nil
 }
 
-// Notify sends state to the watchdog's socket (see the package Notify).
-func (w *Watchdog) Notify(state string) (bool, error) { return send(w.socket, state) }
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
 
 // Run pings once at start and then every interval until ctx ends; it
 // returns nil then. Send and check failures are logged (at most once per
 // failure streak) and do not stop the loop: a missed ping is what tells
-// systemd to restart us. When disabled, Run just waits for ctx.
+// systemd to restart us. Without a watchdog, Run just waits for ctx.
 func (w *Watchdog) Run(ctx context.Context) error {
-	if !w.Enabled() {
+	if w.interval <= 0 {
 		<-ctx.Done()
 		return nil
 	}
@@ -195,6 +126,6 @@ func (w *Watchdog) ping() error {
 			return fmt.Errorf("sdnotify: health check: %w", err)
 		}
 	}
-	_, err := send(w.socket, WatchdogPing)
+	_, err := w.Notify(WatchdogPing)
 	return err
 }

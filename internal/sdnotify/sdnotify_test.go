@@ -62,7 +62,7 @@ func TestNotifyPathSocket(t *testing.T) {
 	sock, c := listenPath(t)
 	t.Setenv("NOTIFY_SOCKET", sock)
 	for _, state := range []string{Ready, Status("polling 48 devices"), Stopping, Ready + "\n" + Status("up")} {
-		ok, err := Notify(state)
+		ok, err := New(Config{}).Notify(state)
 		if !ok || err != nil {
 			t.Fatalf("Notify(%q) = %v, %v", state, ok, err)
 		}
@@ -76,7 +76,7 @@ func TestNotifyAbstractSocket(t *testing.T) {
 	name := fmt.Sprintf("@edgegw-sdnotify-test-%d-%d", os.Getpid(), time.Now().UnixNano())
 	sock, c := listen(t, name)
 	t.Setenv("NOTIFY_SOCKET", sock)
-	ok, err := Notify(Ready)
+	ok, err := New(Config{}).Notify(Ready)
 	if !ok || err != nil {
 		t.Fatalf("Notify = %v, %v", ok, err)
 	}
@@ -91,22 +91,9 @@ func TestNotifyAbstractSocket(t *testing.T) {
 
 func TestNotifyWithoutSystemd(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
-	ok, err := Notify(Ready)
+	ok, err := New(Config{}).Notify(Ready)
 	if ok || err != nil {
 		t.Fatalf("Notify without NOTIFY_SOCKET = %v, %v; want false, nil", ok, err)
-	}
-}
-
-func TestNotifyErrors(t *testing.T) {
-	t.Setenv("NOTIFY_SOCKET", filepath.Join(t.TempDir(), "absent.sock"))
-	ok, err := Notify(Ready)
-	if ok || err == nil || !strings.HasPrefix(err.Error(), "sdnotify: ") {
-		t.Fatalf("Notify to a missing socket = %v, %v; want false and an sdnotify error", ok, err)
-	}
-	t.Setenv("NOTIFY_SOCKET", "vsock:2:1234")
-	ok, err = Notify(Ready)
-	if ok || !errors.Is(err, ErrUnsupportedSocket) {
-		t.Fatalf("Notify to vsock = %v, %v; want ErrUnsupportedSocket", ok, err)
 	}
 }
 
@@ -129,44 +116,16 @@ func TestReloadingCarriesMonotonicTime(t *testing.T) {
 	}
 }
 
-func TestWatchdogIntervalParsing(t *testing.T) {
-	const self = 4242
-	for _, tc := range []struct {
-		usec, pid string
-		want      time.Duration
-		ok        bool
-	}{
-		{"", "", 0, false},
-		{"30000000", "", 30 * time.Second, true},
-		{"30000000", "4242", 30 * time.Second, true},
-		{"30000000", "1", 0, false},            // another process's watchdog
-		{"30000000", "abc", 0, false},          // garbage pid
-		{"0", "", 0, false},                    // zero disables
-		{"-5", "", 0, false},                   // negative
-		{"1.5", "", 0, false},                  // not an integer
-		{"99999999999999999999", "", 0, false}, // overflows
-		{"500", "", 500 * time.Microsecond, true},
-	} {
-		got, ok := watchdogInterval(tc.usec, tc.pid, self)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("watchdogInterval(%q, %q) = %v, %v; want %v, %v", tc.usec, tc.pid, got, ok, tc.want, tc.ok)
-		}
-	}
-}
-
 func TestWatchdogIntervalFromEnv(t *testing.T) {
 	t.Setenv("WATCHDOG_USEC", "30000000")
 	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
-	if d, ok := WatchdogInterval(); !ok || d != 30*time.Second {
-		t.Fatalf("WatchdogInterval() = %v, %v", d, ok)
-	}
-	w := New(Config{Socket: "/run/x.sock"})
+	w := New(Config{})
 	if w.Interval() != 15*time.Second {
 		t.Fatalf("default ping period %v, want half of WATCHDOG_USEC", w.Interval())
 	}
 	t.Setenv("WATCHDOG_PID", "1")
-	if _, ok := WatchdogInterval(); ok {
-		t.Fatal("watchdog of pid 1 taken as ours")
+	if d := New(Config{}).Interval(); d != 0 {
+		t.Fatalf("watchdog of pid 1 taken as ours: period %v", d)
 	}
 }
 
@@ -176,9 +135,6 @@ func TestWatchdogRunPings(t *testing.T) {
 	sock, c := listenPath(t)
 	t.Setenv("NOTIFY_SOCKET", sock)
 	w := New(Config{Interval: 10 * time.Millisecond})
-	if !w.Enabled() {
-		t.Fatal("watchdog with socket and interval is disabled")
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -204,7 +160,8 @@ func TestWatchdogHealthCheck(t *testing.T) {
 	sock, c := listenPath(t)
 	var healthy atomic.Bool
 	checked := make(chan struct{}, 1)
-	w := New(Config{Socket: sock, Interval: 5 * time.Millisecond, Check: func() error {
+	t.Setenv("NOTIFY_SOCKET", sock)
+	w := New(Config{Interval: 5 * time.Millisecond, Check: func() error {
 		select {
 		case checked <- struct{}{}:
 		default:
@@ -240,7 +197,7 @@ func TestWatchdogDisabledWaitsForContext(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
 	t.Setenv("WATCHDOG_USEC", "")
 	w := New(Config{})
-	if w.Enabled() || w.Interval() != 0 {
+	if w.Interval() != 0 {
 		t.Fatalf("watchdog enabled outside systemd: interval %v", w.Interval())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -254,29 +211,5 @@ func TestWatchdogDisabledWaitsForContext(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
-	}
-}
-
-func BenchmarkNotify(b *testing.B) {
-	dir := b.TempDir()
-	sock := filepath.Join(dir, "n.sock")
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			if _, err := c.Read(buf); err != nil {
-				return
-			}
-		}
-	}()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := send(sock, WatchdogPing); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -136,6 +136,7 @@ func FreePort(t testing.TB) int {
 type Mosquitto struct {
 	Addr       string // 127.0.0.1:PORT
 	persistent bool
+	listener   string // extra options of the listener (TLS)
 	cmd        *exec.Cmd
 	done       chan struct{}
 }
@@ -146,7 +147,15 @@ func StartMosquitto(t testing.TB) *Mosquitto {
 	t.Helper()
 	bin := Need(t, "mosquitto")
 	dir := t.TempDir()
-	return startMosquittoRetry(t, bin, dir, false)
+	return startMosquittoRetry(t, bin, dir, false, "")
+}
+
+// StartMosquittoTLS is StartMosquitto with TLS on its listener: the broker
+// presents certFile (PEM, with keyFile) and asks no client certificate.
+func StartMosquittoTLS(t testing.TB, certFile, keyFile string) *Mosquitto {
+	t.Helper()
+	return startMosquittoRetry(t, Need(t, "mosquitto"), t.TempDir(), false,
+		fmt.Sprintf("certfile %s\nkeyfile %s\n", certFile, keyFile))
 }
 
 // StartMosquittoPersistent is StartMosquitto with persistence on: sessions
@@ -156,14 +165,14 @@ func StartMosquitto(t testing.TB) *Mosquitto {
 // restart.
 func StartMosquittoPersistent(t testing.TB) *Mosquitto {
 	t.Helper()
-	return startMosquittoRetry(t, Need(t, "mosquitto"), t.TempDir(), true)
+	return startMosquittoRetry(t, Need(t, "mosquitto"), t.TempDir(), true, "")
 }
 
-func startMosquittoRetry(t testing.TB, bin, dir string, persistent bool) *Mosquitto {
+func startMosquittoRetry(t testing.TB, bin, dir string, persistent bool, listener string) *Mosquitto {
 	t.Helper()
 	for attempt := 0; attempt < 5; attempt++ {
 		port := FreePort(t)
-		m, err := startMosquitto(bin, dir, port, persistent)
+		m, err := startMosquitto(bin, dir, port, persistent, listener)
 		if err == nil {
 			t.Cleanup(m.Stop)
 			return m
@@ -181,16 +190,17 @@ func (m *Mosquitto) Restart(t testing.TB) {
 	_, port, _ := net.SplitHostPort(m.Addr)
 	var p int
 	fmt.Sscan(port, &p)
-	n, err := startMosquitto(m.cmd.Path, filepath.Dir(m.cmd.Args[2]), p, m.persistent)
+	n, err := startMosquitto(m.cmd.Path, filepath.Dir(m.cmd.Args[2]), p, m.persistent, m.listener)
 	if err != nil {
 		t.Fatalf("testenv: restart mosquitto: %v", err)
 	}
 	*m = *n
 }
 
-func startMosquitto(bin, dir string, port int, persistent bool) (*Mosquitto, error) {
+// listener holds options of the listener (certfile, keyfile, …).
+func startMosquitto(bin, dir string, port int, persistent bool, listener string) (*Mosquitto, error) {
 	conf := filepath.Join(dir, fmt.Sprintf("mosquitto-%d.conf", port))
-	body := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\nuser root\nmax_queued_messages 0\nmax_inflight_messages 0\n", port)
+	body := fmt.Sprintf("listener %d 127.0.0.1\n%sallow_anonymous true\nuser root\nmax_queued_messages 0\nmax_inflight_messages 0\n", port, listener)
 	if persistent {
 		body += fmt.Sprintf("persistence true\npersistence_location %s/\nautosave_interval 0\n", dir)
 	} else {
@@ -203,7 +213,7 @@ func startMosquitto(bin, dir string, port int, persistent bool) (*Mosquitto, err
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	m := &Mosquitto{Addr: fmt.Sprintf("127.0.0.1:%d", port), persistent: persistent, cmd: cmd, done: make(chan struct{})}
+	m := &Mosquitto{Addr: fmt.Sprintf("127.0.0.1:%d", port), persistent: persistent, listener: listener, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(m.done) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,4 +1,4 @@
-package push
+package mqttbroker
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
-// BrokerConfig configures the embedded broker of `edgegw demo`.
-type BrokerConfig struct {
+// Config configures the embedded broker of `edgegw demo`.
+type Config struct {
 	Listen string // "127.0.0.1:0" by default
 	Logger *slog.Logger
 }
@@ -21,13 +21,13 @@ type BrokerConfig struct {
 // Broker is an embedded MQTT broker (mochi-mqtt) that allows every client:
 // for the demo and tests on loopback only, never for a real deployment.
 type Broker struct {
-	cfg BrokerConfig
+	cfg Config
 	mu  sync.Mutex
 	ln  net.Listener
 }
 
-// NewBroker returns a broker; it listens on Listen or Run.
-func NewBroker(cfg BrokerConfig) *Broker {
+// New returns a broker; it listens on Listen or Run.
+func New(cfg Config) *Broker {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}

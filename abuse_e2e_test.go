@@ -1,0 +1,212 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"edgegw/sim"
+)
+
+// floodSpec is the wrong-password flood: concurrent clients, how long, and
+// the poll interval of the 48 loggers. make test runs 20 × 5 s at 100 ms
+// (10× the field rate: 50 windows a device); EDGEGW_FLOOD="50,30s,1s" runs
+// the issue's measurement, and EDGEGW_FLOOD_BIN=/path/to/edgegw runs it
+// against another build (the one before, for a comparison in one run).
+type floodSpec struct {
+	workers  int
+	dur      time.Duration
+	interval time.Duration
+}
+
+func floodFromEnv(t *testing.T) floodSpec {
+	spec := floodSpec{20, 5 * time.Second, 100 * time.Millisecond}
+	if v := os.Getenv("EDGEGW_FLOOD"); v != "" {
+		f := strings.Split(v, ",")
+		var err1, err2, err3 error
+		if len(f) == 3 {
+			spec.workers, err1 = strconv.Atoi(f[0])
+			spec.dur, err2 = time.ParseDuration(f[1])
+			spec.interval, err3 = time.ParseDuration(f[2])
+		}
+		if len(f) != 3 || err1 != nil || err2 != nil || err3 != nil {
+			t.Fatalf("EDGEGW_FLOOD=%q: want workers,duration,interval", v)
+		}
+	}
+	return spec
+}
+
+// cpuTicks is utime+stime of a process in clock ticks (USER_HZ = 100).
+func cpuTicks(t *testing.T, pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s
+}
+
+type devCounts struct {
+	Name      string `json:"name"`
+	Polls     uint64 `json:"polls"`
+	GoodPolls uint64 `json:"good_polls"`
+	Overruns  uint64 `json:"overruns"`
+}
+
+// A wrong-password flood from loopback (the real binary, basic auth on,
+// 48 UDP loggers): 429s come within the first second, and no logger
+// misses more than one poll window while it lasts. The gateway's CPU time
+// and the valid sample rate are logged (the figures of the issue).
+func TestWrongPasswordFloodE2E(t *testing.T) {
+	spec := floodFromEnv(t)
+	gwBin := bin
+	if b := os.Getenv("EDGEGW_FLOOD_BIN"); b != "" {
+		gwBin = b
+	}
+	fleet := runFleet(t, sim.Config{Devices: 48, Transport: "udp"})
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "hash-password")
+	cmd.Stdin = strings.NewReader("right\n")
+	hash, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashFile := filepath.Join(dir, "ui.hash")
+	if err := os.WriteFile(hashFile, hash, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "[http]\nlisten = \"127.0.0.1:0\"\nbasic_auth_user = \"operator\"\nbasic_auth_hash_file = %q\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", hashFile)
+	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
+	timeout := min(200*time.Millisecond, spec.interval/2)
+	for i := 0; i < fleet.Len(); i++ {
+		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = %q\ntimeout = %q\n",
+			i+1, fleet.Addr(i), spec.interval, timeout)
+	}
+	cfg := filepath.Join(dir, "edgegw.toml")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := startProcBin(t, gwBin, "run", "-config", cfg)
+	line := gw.waitLine("edgegw running", 20*time.Second)
+	page := line[strings.Index(line, "page=")+len("page="):]
+
+	// The operator reads from another address (127.0.0.2: loopback too).
+	operator := httpFrom("127.0.0.2")
+	// Its requests are rate-limited too (a 429 is held 500 ms): a wait
+	// loop on them paces itself.
+	devices := func() (m map[string]devCounts) {
+		waitFor(t, 20*time.Second, "the operator's /api/devices", func() bool {
+			var d struct{ Devices []devCounts }
+			if err := getJSONWith(operator, page+"api/devices", "operator", "right", &d); err != nil {
+				return false
+			}
+			m = map[string]devCounts{}
+			for _, x := range d.Devices {
+				m[x.Name] = x
+			}
+			return true
+		})
+		return m
+	}
+	waitFor(t, 20*time.Second, "every logger polled well", func() bool {
+		for _, d := range devices() {
+			if d.GoodPolls < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	// Warm-up past: one window of tolerance starts here.
+	before, cpu0, t0 := devices(), cpuTicks(t, gw.cmd.Process.Pid), time.Now()
+
+	flood := httpFrom("127.0.0.1")
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var first429 time.Duration
+	var wg sync.WaitGroup
+	for w := range spec.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Since(t0) < spec.dur; i++ {
+				req, _ := http.NewRequest("GET", page+"api/shortPolling", nil)
+				req.SetBasicAuth("operator", fmt.Sprintf("guess-%d-%d", w, i))
+				code := 0
+				if resp, err := flood.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				mu.Lock()
+				codes[code]++
+				if code == 429 && first429 == 0 {
+					first429 = time.Since(t0)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	after, cpu1 := devices(), cpuTicks(t, gw.cmd.Process.Pid)
+
+	cpu := float64(cpu1-cpu0) / 100 / elapsed.Seconds()
+	var polls, good uint64
+	worst, worstDev := uint64(0), ""
+	for name, a := range after {
+		p := before[name]
+		n := (a.Polls - p.Polls) + (a.Overruns - p.Overruns)
+		g := a.GoodPolls - p.GoodPolls
+		polls, good = polls+n, good+g
+		if n-g > worst {
+			worst, worstDev = n-g, name
+		}
+	}
+	t.Logf("flood %d clients × %v (binary %s): replies %v, first 429 after %v; gateway CPU %.1f%% of one core; "+
+		"valid sample rate %.2f%% (%d of %d polls); worst device %s missed %d windows",
+		spec.workers, spec.dur, gwBin, codes, first429, 100*cpu, 100*float64(good)/float64(max(polls, 1)), good, polls, worstDev, worst)
+	if gwBin != bin {
+		return // a measurement of another build: figures only
+	}
+	if codes[429] == 0 || first429 > time.Second {
+		t.Errorf("429s: %d, the first after %v (want within 1s)", codes[429], first429)
+	}
+	if worst > 1 {
+		t.Errorf("device %s missed %d windows during the flood (at most 1 allowed)", worstDev, worst)
+	}
+	gw.stop(10 * time.Second)
+}
+
+// httpFrom is a client whose connections leave from src (any 127.0.0.0/8
+// address is loopback): a client IP of its own for the rate limiter.
+func httpFrom(src string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 100}}
+}
+
+func getJSONWith(c *http.Client, url, user, pass string, v any) error {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.SetBasicAuth(user, pass)
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}

@@ -1,0 +1,17 @@
+// Package history owns the gateway's own memory of the past: per tag, the raw
+// samples of a recent window and downsampled buckets (min, max, mean, last,
+// good and bad polls) in two tiers, per device its health over time (valid
+// rate, RTT), and, with a directory, the closed fine buckets on disk so that a
+// restart keeps them.
+//
+// It never polls devices, serves clients or numbers samples: main tees the
+// samples edge hands to the ring into Add, and web reads through Query and
+// Health. It imports ringstore (Sample, Quality) and stats (the health record)
+// only.
+//
+// Concurrency: Store is safe for concurrent use; one mutex guards every series
+// and Add does no I/O under it (it runs in the poll path). Run is the one
+// goroutine: at each bucket boundary it closes open buckets, samples the
+// device records and writes the closed buckets of that step in one batch.
+// Open does the disk reading before any goroutine exists.
+package history

@@ -1,0 +1,22 @@
+// Package sparkplug owns the Eclipse Sparkplug B (3.0) edge node: the
+// topic namespace spBv1.0/<group>/<type>/<node>[/<device>], the payload
+// (protobuf encoded and decoded by hand with protowire, schema in
+// sparkplug_b.proto), the session (bdSeq kept in its data directory,
+// NDEATH as the MQTT will, NBIRTH, seq 0..255), a DBIRTH per device with
+// every tag, DDATA of changed tags by alias, DDEATH/DBIRTH as devices go
+// down and come back, NCMD rebirth, DCMD writes, primary host STATE
+// awareness and the replay of what was stored while no host or broker was
+// there, flagged is_historical.
+//
+// It never polls devices, never serves local clients and never imports
+// edge, web or push: it reads its own durable queue (a ringstore.Queue fed
+// with every appended batch), the latest values (a func returning a
+// ringstore.Snapshot) and the device health records (stats), and writes
+// through a Writer declared here. Only samples whose message paho has
+// written (or that needed none) leave its queue.
+//
+// Concurrency: Node.Run owns every goroutine it starts (the session loop
+// runs in Run's goroutine; one DCMD write worker) and returns after they
+// have exited. One paho client per session; paho's callbacks only decode
+// and hand over through bounded channels, never block.
+package sparkplug

@@ -1,0 +1,488 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"edgegw/internal/testenv"
+	"edgegw/sim"
+)
+
+// spMetric is a metric as Tahu's decodePayload gives it.
+type spMetric struct {
+	Name         string          `json:"name"`
+	Alias        *uint64         `json:"alias"`
+	Type         string          `json:"type"`
+	Value        json.RawMessage `json:"value"`
+	Timestamp    uint64          `json:"timestamp"`
+	IsHistorical bool            `json:"isHistorical"`
+	Properties   map[string]struct {
+		Type  string          `json:"type"`
+		Value json.RawMessage `json:"value"`
+	} `json:"properties"`
+}
+
+func (m spMetric) num(t *testing.T) float64 {
+	t.Helper()
+	var f float64
+	if string(m.Value) == "true" {
+		return 1
+	}
+	if string(m.Value) == "false" {
+		return 0
+	}
+	if err := json.Unmarshal(m.Value, &f); err != nil {
+		t.Fatalf("metric %q (alias %v): value %s is not a number", m.Name, m.Alias, m.Value)
+	}
+	return f
+}
+
+// spMsg is one line of host.js: a decoded message.
+type spMsg struct {
+	Topic   string `json:"topic"`
+	Bytes   int    `json:"bytes"`
+	State   string `json:"state"`
+	Error   string `json:"error"`
+	Payload struct {
+		Timestamp uint64     `json:"timestamp"`
+		Seq       *uint64    `json:"seq"`
+		Metrics   []spMetric `json:"metrics"`
+	} `json:"payload"`
+	Ready     bool   `json:"ready"`
+	Published string `json:"published"`
+}
+
+func (m *spMsg) typ() string {
+	p := strings.Split(m.Topic, "/")
+	if len(p) < 3 {
+		return ""
+	}
+	return p[2]
+}
+
+func (m *spMsg) device() string {
+	p := strings.Split(m.Topic, "/")
+	if len(p) < 5 {
+		return ""
+	}
+	return p[4]
+}
+
+func (m *spMsg) metric(name string) *spMetric {
+	for i := range m.Payload.Metrics {
+		if m.Payload.Metrics[i].Name == name {
+			return &m.Payload.Metrics[i]
+		}
+	}
+	return nil
+}
+
+// tahuHost is a running host.js: Eclipse Tahu's decoder behind the mqtt
+// npm client, subscribed to spBv1.0/# on a real mosquitto.
+type tahuHost struct {
+	t     *testing.T
+	in    io.WriteCloser
+	mu    sync.Mutex
+	msgs  []spMsg
+	done  chan struct{}
+	ended bool
+}
+
+// needTahu skips (fails under CI) when node or the npm modules are missing.
+func needTahu(t *testing.T) string {
+	t.Helper()
+	node := testenv.Need(t, "node")
+	for _, m := range []string{"sparkplug-payload", "mqtt"} {
+		if _, err := os.Stat(filepath.Join("test", "sparkplug", "node_modules", m, "package.json")); err != nil {
+			testenv.Missing(t, fmt.Sprintf("npm module %s not installed (make npm-deps)", m))
+		}
+	}
+	return node
+}
+
+func startTahuHost(t *testing.T, broker, hostID string) *tahuHost {
+	t.Helper()
+	node := needTahu(t)
+	args := []string{filepath.Join("test", "sparkplug", "host.js"), "mqtt://" + broker}
+	if hostID != "" {
+		args = append(args, hostID)
+	}
+	cmd := exec.Command(node, args...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &tahuHost{t: t, in: in, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m spMsg
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Errorf("host.js: %v: %s", err, sc.Text())
+				continue
+			}
+			if m.Error != "" {
+				t.Errorf("host.js: %s: %s", m.Topic, m.Error)
+			}
+			h.mu.Lock()
+			h.msgs = append(h.msgs, m)
+			h.mu.Unlock()
+		}
+		_ = cmd.Wait()
+	}()
+	t.Cleanup(func() { h.end(); _ = cmd.Process.Kill(); <-h.done })
+	h.wait(20*time.Second, "host.js ready", func(m *spMsg) bool { return m.Ready })
+	return h
+}
+
+func (h *tahuHost) send(cmd any) {
+	b, _ := json.Marshal(cmd)
+	if _, err := h.in.Write(append(b, '\n')); err != nil {
+		h.t.Fatalf("host.js: %v", err)
+	}
+}
+
+// end disconnects the host and waits for it to exit.
+func (h *tahuHost) end() {
+	if h.ended {
+		return
+	}
+	h.ended = true
+	h.send(map[string]any{"op": "end"})
+	select {
+	case <-h.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+func (h *tahuHost) all() []spMsg {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]spMsg(nil), h.msgs...)
+}
+
+func (h *tahuHost) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.msgs)
+}
+
+// wait returns the index of the first message from index 0 that matches.
+func (h *tahuHost) wait(limit time.Duration, what string, match func(*spMsg) bool) int {
+	return h.waitFrom(0, limit, what, match)
+}
+
+// waitFrom returns the index of the first message at or after from that matches.
+func (h *tahuHost) waitFrom(from int, limit time.Duration, what string, match func(*spMsg) bool) int {
+	h.t.Helper()
+	idx := -1
+	testenv.WaitFor(h.t, limit, what, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for i := from; i < len(h.msgs); i++ {
+			if match(&h.msgs[i]) {
+				idx = i
+				return true
+			}
+		}
+		return false
+	})
+	return idx
+}
+
+func isType(typ string) func(*spMsg) bool { return func(m *spMsg) bool { return m.typ() == typ } }
+
+func isDev(typ, dev string) func(*spMsg) bool {
+	return func(m *spMsg) bool { return m.typ() == typ && m.device() == dev }
+}
+
+const spProfile = `[[profile]]
+name = "spl"
+tags = [
+  { name = "temperature", address = 0, type = "int16", scale = 0.1, unit = "°C" },
+  { name = "counter", address = 2, type = "uint16" },
+  { name = "uptime", address = 3, type = "uint32", unit = "s" },
+  { name = "tf", address = 5, type = "float32", unit = "°C" },
+  { name = "alarm", register = "coil", address = 0, writable = true },
+  { name = "setpoint", address = 10, type = "int16", writable = true, min = -100, max = 100 },
+]
+`
+
+// spConfig writes a gateway config with [upstream.sparkplug] for the fleet.
+func spConfig(t *testing.T, dir, broker string, fleet *sim.Fleet, extra string) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "[gateway]\nid = \"e2e\"\ndata_dir = %q\n[http]\nlisten = \"127.0.0.1:0\"\n[ring]\nsize = 200000\n", filepath.Join(dir, "data"))
+	fmt.Fprintf(&b, "[upstream.mqtt]\nbroker = \"tcp://%s\"\nmode = \"off\"\n[upstream.sparkplug]\ngroup_id = \"plant\"\n%s\n", broker, extra)
+	b.WriteString(spProfile)
+	for i := 0; i < fleet.Len(); i++ {
+		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"tcp\"\naddress = %q\nprofile = \"spl\"\ninterval = \"100ms\"\ntimeout = \"80ms\"\n", i+1, fleet.Addr(i))
+	}
+	path := filepath.Join(dir, "edgegw.toml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// aliasesOf maps metric name -> alias of a birth.
+func aliasesOf(t *testing.T, m *spMsg) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	for _, mt := range m.Payload.Metrics {
+		if mt.Alias != nil {
+			out[mt.Name] = *mt.Alias
+		}
+	}
+	return out
+}
+
+// checkSeqs checks that the messages of one session (from the NBIRTH at
+// start on) carry seq 0, 1, … 255, 0, … with nothing missing, and returns
+// how often it wrapped.
+func checkSeqs(t *testing.T, msgs []spMsg) int {
+	t.Helper()
+	wraps := 0
+	var prev uint64
+	started := false
+	for i := range msgs {
+		m := &msgs[i]
+		switch m.typ() {
+		case "NBIRTH":
+			if m.Payload.Seq == nil || *m.Payload.Seq != 0 {
+				t.Fatalf("message %d: NBIRTH seq %v, want 0", i, m.Payload.Seq)
+			}
+			prev, started = 0, true
+			continue
+		case "", "NDEATH", "NCMD", "DCMD", "STATE":
+			continue
+		}
+		if !started {
+			continue
+		}
+		if m.Payload.Seq == nil {
+			t.Fatalf("message %d %s: no seq", i, m.Topic)
+		}
+		s := *m.Payload.Seq
+		if s != (prev+1)%256 {
+			t.Fatalf("message %d %s: seq %d after %d", i, m.Topic, s, prev)
+		}
+		if s == 0 {
+			wraps++
+		}
+		prev = s
+	}
+	return wraps
+}
+
+// The gateway as a Sparkplug B edge node, seen by Eclipse Tahu's decoder
+// through a real mosquitto: births, data by alias, seq wrap, DCMD write,
+// rebirth, DDEATH/DBIRTH of a stopped logger, NDEATH (the will) on SIGKILL,
+// bdSeq and aliases across a restart, DCMD refused with writes off.
+func TestSparkplugInterop(t *testing.T) {
+	needTahu(t)
+	mosq := testenv.StartMosquitto(t)
+	fleet := runFleet(t, sim.Config{Devices: 3, Transport: "tcp", Tick: 10 * time.Millisecond})
+	for i := 0; i < fleet.Len(); i++ {
+		fleet.Logger(i).SetHolding(10, 42)
+	}
+	host := startTahuHost(t, mosq.Addr, "")
+	dir := t.TempDir()
+	cfg := spConfig(t, dir, mosq.Addr, fleet, "writes = true")
+	gw, _ := runGateway(t, cfg)
+
+	// NBIRTH: bdSeq 0 (first connect), Rebirth false, seq 0.
+	nb := host.wait(20*time.Second, "NBIRTH", isType("NBIRTH"))
+	birth := host.all()[nb]
+	bd := birth.metric("bdSeq")
+	if bd == nil || bd.num(t) != 0 || bd.Type != "Int64" {
+		t.Fatalf("NBIRTH bdSeq = %+v", bd)
+	}
+	if r := birth.metric("Node Control/Rebirth"); r == nil || string(r.Value) != "false" || r.Type != "Boolean" {
+		t.Fatalf("NBIRTH rebirth = %+v", r)
+	}
+	if v := birth.metric("Node Info/Version"); v == nil || v.Type != "String" {
+		t.Fatalf("NBIRTH version = %+v", v)
+	}
+
+	// A DBIRTH per device: every tag with its datatype, unit, limits and value.
+	wantType := map[string]string{"temperature": "Float", "counter": "UInt16", "uptime": "UInt32", "tf": "Float", "alarm": "Boolean", "setpoint": "Int16"}
+	aliases := map[string]map[string]uint64{}
+	for i := 0; i < fleet.Len(); i++ {
+		dev := fmt.Sprintf("logger-%02d", i+1)
+		k := host.waitFrom(nb, 20*time.Second, "DBIRTH "+dev, isDev("DBIRTH", dev))
+		m := host.all()[k]
+		if len(m.Payload.Metrics) != len(wantType) {
+			t.Fatalf("%s DBIRTH: %d metrics, want %d", dev, len(m.Payload.Metrics), len(wantType))
+		}
+		for name, typ := range wantType {
+			mt := m.metric(name)
+			if mt == nil || mt.Type != typ || mt.Alias == nil {
+				t.Fatalf("%s DBIRTH %s = %+v, want type %s with an alias", dev, name, mt, typ)
+			}
+			if q := mt.Properties["Quality"]; string(q.Value) != "192" {
+				t.Errorf("%s DBIRTH %s: Quality %s, want 192", dev, name, q.Value)
+			}
+		}
+		if u := m.metric("temperature").Properties["engUnit"]; string(u.Value) != `"°C"` {
+			t.Errorf("%s temperature engUnit %s", dev, u.Value)
+		}
+		sp := m.metric("setpoint")
+		if sp.num(t) != 42 || string(sp.Properties["engLow"].Value) != "-100" || string(sp.Properties["engHigh"].Value) != "100" {
+			t.Errorf("%s setpoint = %s props %+v, want 42 in -100..100", dev, sp.Value, sp.Properties)
+		}
+		temp, tf := m.metric("temperature").num(t), m.metric("tf").num(t)
+		simT := float64(int16(fleet.Logger(i).Holding(0, 1)[0])) / 10
+		if d := temp - simT; d > 1 || d < -1 || temp-tf > 0.01 || tf-temp > 0.01 {
+			t.Errorf("%s temperature %v tf %v, simulator %v", dev, temp, tf, simT)
+		}
+		aliases[dev] = aliasesOf(t, &m)
+	}
+
+	// DDATA by alias: the counter (register 2, +1 every 10 ms tick) moves
+	// at every poll; its alias resolves to it.
+	ctr := aliases["logger-01"]["counter"]
+	var seen []float64
+	testenv.WaitFor(t, 20*time.Second, "counter in 10 DDATA of logger-01", func() bool {
+		seen = seen[:0]
+		for _, m := range host.all() {
+			if m.typ() != "DDATA" || m.device() != "logger-01" {
+				continue
+			}
+			for _, mt := range m.Payload.Metrics {
+				if mt.Alias != nil && *mt.Alias == ctr && mt.Name == "" {
+					seen = append(seen, mt.num(t))
+				}
+			}
+		}
+		return len(seen) >= 10
+	})
+	for i := 1; i < len(seen); i++ {
+		if seen[i] == seen[i-1] {
+			t.Fatalf("counter DDATA repeats an unchanged value: %v", seen)
+		}
+	}
+
+	// DCMD: setpoint of logger-02 to -7: the register changes, and the
+	// next DDATA of logger-02 carries -7 under the setpoint's alias.
+	before := host.count()
+	host.send(map[string]any{"op": "publish", "topic": "spBv1.0/plant/DCMD/e2e/logger-02",
+		"payload": map[string]any{"timestamp": time.Now().UnixMilli(), "metrics": []any{map[string]any{"name": "setpoint", "type": "Int16", "value": -7}}}})
+	testenv.WaitFor(t, 20*time.Second, "simulator register written by DCMD", func() bool {
+		return int16(fleet.Logger(1).Holding(10, 1)[0]) == -7
+	})
+	spAlias := aliases["logger-02"]["setpoint"]
+	host.waitFrom(before, 20*time.Second, "DDATA with setpoint -7", func(m *spMsg) bool {
+		if m.typ() != "DDATA" || m.device() != "logger-02" {
+			return false
+		}
+		for _, mt := range m.Payload.Metrics {
+			if mt.Alias != nil && *mt.Alias == spAlias && string(mt.Value) == "-7" {
+				return true
+			}
+		}
+		return false
+	})
+
+	// seq runs 0..255 and wraps, nothing missing (3 devices at 10 Hz).
+	testenv.WaitFor(t, 60*time.Second, "seq wrap 255 -> 0", func() bool { return checkSeqs(t, host.all()) >= 1 })
+
+	// NCMD rebirth: NBIRTH (same bdSeq, seq 0) and every DBIRTH again.
+	before = host.count()
+	host.send(map[string]any{"op": "publish", "topic": "spBv1.0/plant/NCMD/e2e",
+		"payload": map[string]any{"timestamp": time.Now().UnixMilli(), "metrics": []any{map[string]any{"name": "Node Control/Rebirth", "type": "Boolean", "value": true}}}})
+	rb := host.waitFrom(before, 20*time.Second, "NBIRTH after NCMD rebirth", isType("NBIRTH"))
+	if m := host.all()[rb]; m.metric("bdSeq").num(t) != 0 {
+		t.Fatalf("rebirth NBIRTH bdSeq %s, want 0 (same session)", m.metric("bdSeq").Value)
+	}
+	for i := 0; i < fleet.Len(); i++ {
+		host.waitFrom(rb, 20*time.Second, "DBIRTH after rebirth", isDev("DBIRTH", fmt.Sprintf("logger-%02d", i+1)))
+	}
+
+	// A logger stops: DDEATH after 3 polls without an answer; it comes
+	// back: DBIRTH.
+	before = host.count()
+	fleet.Logger(2).Stop()
+	host.waitFrom(before, 20*time.Second, "DDEATH logger-03", isDev("DDEATH", "logger-03"))
+	before = host.count()
+	if err := fleet.Logger(2).Start(); err != nil {
+		t.Fatal(err)
+	}
+	host.waitFrom(before, 30*time.Second, "DBIRTH logger-03 after restart", isDev("DBIRTH", "logger-03"))
+	if n := checkSeqs(t, host.all()); n < 1 {
+		t.Fatal("no wrap")
+	}
+
+	// SIGKILL: the broker publishes the will, NDEATH with bdSeq 0.
+	before = host.count()
+	gw.kill()
+	nd := host.waitFrom(before, 60*time.Second, "NDEATH (the will) after SIGKILL", isType("NDEATH"))
+	if m := host.all()[nd]; m.metric("bdSeq") == nil || m.metric("bdSeq").num(t) != 0 {
+		t.Fatalf("NDEATH bdSeq = %+v, want 0", m.metric("bdSeq"))
+	}
+
+	// Restart with writes off: bdSeq 1 (kept in data_dir), same aliases;
+	// a DCMD is refused (counted in the NBIRTH) and the register keeps its value.
+	cfg = spConfig(t, dir, mosq.Addr, fleet, "writes = false")
+	before = host.count()
+	gw, _ = runGateway(t, cfg)
+	nb = host.waitFrom(before, 20*time.Second, "NBIRTH after restart", isType("NBIRTH"))
+	if m := host.all()[nb]; m.metric("bdSeq").num(t) != 1 || string(m.metric("Node Control/Writes Enabled").Value) != "false" {
+		t.Fatalf("NBIRTH after restart: bdSeq %s writes %s, want 1 and false", m.metric("bdSeq").Value, m.metric("Node Control/Writes Enabled").Value)
+	}
+	for i := 0; i < fleet.Len(); i++ {
+		dev := fmt.Sprintf("logger-%02d", i+1)
+		k := host.waitFrom(nb, 20*time.Second, "DBIRTH after restart", isDev("DBIRTH", dev))
+		m := host.all()[k]
+		if got := aliasesOf(t, &m); fmt.Sprint(got) != fmt.Sprint(aliases[dev]) {
+			t.Fatalf("%s aliases after restart %v, before %v", dev, got, aliases[dev])
+		}
+	}
+	host.send(map[string]any{"op": "publish", "topic": "spBv1.0/plant/DCMD/e2e/logger-01",
+		"payload": map[string]any{"timestamp": time.Now().UnixMilli(), "metrics": []any{map[string]any{"name": "setpoint", "type": "Int16", "value": 9}}}})
+	host.waitFrom(before, 20*time.Second, "DCMD echoed by the broker", isDev("DCMD", "logger-01"))
+	// The refusal is counted in "Commands Refused"; ask for births until it shows.
+	refused := false
+	for try := 0; try < 20 && !refused; try++ {
+		before = host.count()
+		host.send(map[string]any{"op": "publish", "topic": "spBv1.0/plant/NCMD/e2e",
+			"payload": map[string]any{"timestamp": time.Now().UnixMilli(), "metrics": []any{map[string]any{"name": "Node Control/Rebirth", "type": "Boolean", "value": true}}}})
+		k := host.waitFrom(before, 20*time.Second, "NBIRTH", isType("NBIRTH"))
+		m := host.all()[k]
+		refused = m.metric("Node Info/Commands Refused").num(t) >= 1
+	}
+	if !refused {
+		t.Fatal("DCMD with writes off not counted as refused")
+	}
+	if v := int16(fleet.Logger(0).Holding(10, 1)[0]); v != 42 {
+		t.Fatalf("register written to %d with writes off", v)
+	}
+	msgs := host.all()
+	kinds := map[string]int{}
+	for i := range msgs {
+		kinds[msgs[i].typ()]++
+	}
+	t.Logf("%d messages %v, seq wraps %d, counter DDATA %v", len(msgs), kinds, checkSeqs(t, msgs), seen)
+	if code := gw.stop(20 * time.Second); code != 0 {
+		t.Errorf("gateway exited %d", code)
+	}
+}

@@ -1,0 +1,235 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"edgegw/history"
+)
+
+// History is what web reads from the gateway's history (history.Store).
+type History interface {
+	Query(device, tag string, from, to int64, step time.Duration) (*history.Points, error)
+	Health(device string, from, to int64, step time.Duration) (*history.Points, error)
+	MaxPoints() int
+}
+
+var _ History = (*history.Store)(nil)
+
+// RingInfo is what /api/status says about the ring: its size and how far
+// back a client can resume at the configured poll rate.
+type RingInfo struct {
+	Size   int
+	Window time.Duration
+}
+
+// Wire layout:
+//
+//	GET /api/history?device=D&tag=T&from=US&to=US[&step=S]
+//	    from, to: Unix µs like every ts (default: to = now, from = to - 1 h);
+//	    step: bucket width, "5m" or µs (default: chosen for the range).
+//	200 {"device":"D","tag":"T","unit":"°C","kind":"raw","from":…,"to":…,"step_us":0,"max_points":2000,
+//	     "ts":[…],"value":[21.5,null,…],"quality":["good","timeout",…]}
+//	200 {…,"kind":"buckets","step_us":60000000,"ts":[bucket starts],"min":[…],"max":[…],"mean":[…],
+//	     "last":[…],"good":[…],"bad":[…]}                  (null where a bucket had no good poll)
+//	GET /api/history?device=D&from=…&to=…                   (no tag: the device's health)
+//	200 {…,"kind":"health","step_us":60000000,"ts":[…],"polls":[…],"good":[…],"valid_rate":[…],
+//	     "rtt_mean_ms":[…],"rtt_p99_ms":[…]}                (null: nothing scheduled / nothing answered)
+//	400 {"error":"…"}  unknown device or tag, from > to, bad numbers, too many points
+//	404                no history configured
+func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
+	h := s.cfg.History
+	if h == nil {
+		writeError(w, http.StatusNotFound, "no history on this gateway")
+		return
+	}
+	q := r.URL.Query()
+	device, tag := q.Get("device"), q.Get("tag")
+	if device == "" {
+		writeError(w, http.StatusBadRequest, "query parameter device is required")
+		return
+	}
+	now := time.Now().UnixMicro()
+	to, err := intParam(q.Get("to"), now, "to")
+	if err == nil && to < 0 {
+		err = errors.New("query parameter to: negative")
+	}
+	var from int64
+	if err == nil {
+		from, err = intParam(q.Get("from"), to-time.Hour.Microseconds(), "from")
+	}
+	var step time.Duration
+	if err == nil {
+		step, err = stepParam(q.Get("step"))
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	unit, configured, known := s.historyTag(device, tag)
+	if !known {
+		what := "unknown device " + strconv.Quote(device)
+		if configured {
+			what = "unknown tag " + strconv.Quote(tag) + " of device " + strconv.Quote(device)
+		}
+		writeError(w, http.StatusBadRequest, what)
+		return
+	}
+	var p *history.Points
+	if tag == "" {
+		p, err = h.Health(device, from, to, step)
+	} else {
+		p, err = h.Query(device, tag, from, to, step)
+	}
+	switch {
+	case errors.Is(err, history.ErrUnknown): // configured, nothing recorded yet
+		kind := "raw"
+		if tag == "" {
+			kind = "health"
+		}
+		p, err = &history.Points{Kind: kind, From: from, To: to}, nil
+	case err != nil:
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, appendPoints(nil, device, tag, unit, h.MaxPoints(), p))
+}
+
+// historyTag says whether device (and tag, if given) is configured, with
+// the tag's unit. configured: the device is.
+func (s *Server) historyTag(device, tag string) (unit string, configured, known bool) {
+	if s.cfg.Devices == nil {
+		return "", false, false
+	}
+	for _, e := range s.cfg.Devices.Devices() {
+		if e.Info.Name != device {
+			continue
+		}
+		if tag == "" {
+			return "", true, true
+		}
+		for _, t := range e.Info.Tags {
+			if t.Name == tag {
+				return t.Unit, true, true
+			}
+		}
+		return "", true, false
+	}
+	return "", false, false
+}
+
+func intParam(v string, def int64, name string) (int64, error) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, errors.New("query parameter " + name + ": " + strconv.Quote(v) + " is not an integer (Unix microseconds)")
+	}
+	return n, nil
+}
+
+func stepParam(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 && n < math.MaxInt64/1000 {
+		return time.Duration(n) * time.Microsecond, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, errors.New("query parameter step: " + strconv.Quote(v) + " is not a duration (\"5m\") or microseconds")
+	}
+	return d, nil
+}
+
+func appendPoints(b []byte, device, tag, unit string, maxPoints int, p *history.Points) []byte {
+	str := func(b []byte, s string) []byte { j, _ := json.Marshal(s); return append(b, j...) }
+	b = append(b, `{"device":`...)
+	b = str(b, device)
+	b = append(b, `,"tag":`...)
+	b = str(b, tag)
+	b = append(b, `,"unit":`...)
+	b = str(b, unit)
+	b = append(b, `,"kind":"`...)
+	b = append(b, p.Kind...)
+	b = append(b, `","from":`...)
+	b = strconv.AppendInt(b, p.From, 10)
+	b = append(b, `,"to":`...)
+	b = strconv.AppendInt(b, p.To, 10)
+	b = append(b, `,"step_us":`...)
+	b = strconv.AppendInt(b, p.Step.Microseconds(), 10)
+	b = append(b, `,"max_points":`...)
+	b = strconv.AppendInt(b, int64(maxPoints), 10)
+	b = append(b, `,"ts":[`...)
+	for i, t := range p.TS {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, t, 10)
+	}
+	b = append(b, ']')
+	floats := func(b []byte, name string, v []float64, scale float64) []byte {
+		b = append(b, `,"`...)
+		b = append(b, name...)
+		b = append(b, `":[`...)
+		for i, x := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				b = append(b, "null"...)
+			} else {
+				b = strconv.AppendFloat(b, x*scale, 'g', -1, 64)
+			}
+		}
+		return append(b, ']')
+	}
+	uints := func(b []byte, name string, v []uint32) []byte {
+		b = append(b, `,"`...)
+		b = append(b, name...)
+		b = append(b, `":[`...)
+		for i, x := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, uint64(x), 10)
+		}
+		return append(b, ']')
+	}
+	switch p.Kind {
+	case "raw":
+		b = floats(b, "value", p.Value, 1)
+		b = append(b, `,"quality":[`...)
+		for i, q := range p.Quality {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, q.String()...)
+			b = append(b, '"')
+		}
+		b = append(b, ']')
+		if p.Bool {
+			b = append(b, `,"bool":true`...)
+		}
+	case "buckets":
+		b = floats(b, "min", p.Min, 1)
+		b = floats(b, "max", p.Max, 1)
+		b = floats(b, "mean", p.Mean, 1)
+		b = floats(b, "last", p.Last, 1)
+		b = uints(b, "good", p.Good)
+		b = uints(b, "bad", p.Bad)
+	case "health":
+		b = uints(b, "polls", p.Polls)
+		b = uints(b, "good", p.Good)
+		b = floats(b, "valid_rate", p.ValidRate, 1)
+		b = floats(b, "rtt_mean_ms", p.RTTMeanUS, 1e-3)
+		b = floats(b, "rtt_p99_ms", p.RTTP99US, 1e-3)
+	}
+	return append(b, "}\n"...)
+}

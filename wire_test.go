@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"edgegw/conf"
+)
+
+// The ring's default size follows the poll rate: 60 s of samples, at most
+// 8 MiB of them; [ring] size wins when set.
+func TestRingSizeByRate(t *testing.T) {
+	mk := func(n int, interval time.Duration, size int) *conf.Config {
+		var b strings.Builder
+		if size > 0 {
+			fmt.Fprintf(&b, "[ring]\nsize = %d\n", size)
+		}
+		for i := range n {
+			fmt.Fprintf(&b, "[[device]]\nname = \"l%d\"\ntransport = \"udp\"\naddress = \"127.0.0.1:%d\"\ninterval = %q\ntimeout = \"50ms\"\n"+
+				"tags = [ { name = \"a\", address = 0 }, { name = \"b\", address = 1 } ]\n", i, 1000+i, interval)
+		}
+		c, err := conf.Parse("t.toml", []byte(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	capN := ringMaxBytes / ringSampleBytes
+	for _, c := range []struct {
+		name     string
+		cfg      *conf.Config
+		size     int
+		windowS  float64
+		approxWS bool
+	}{
+		{"48 loggers × 2 tags at 1 s", mk(48, time.Second, 0), 5760, 60, false},
+		{"1 logger at 1 s: the floor of 200", mk(1, time.Second, 0), 200, 100, false},
+		{"1000 loggers × 2 tags at 100 ms: the 8 MiB cap", mk(1000, 100*time.Millisecond, 0), capN, float64(capN) / 20000, true},
+		{"[ring] size set", mk(48, time.Second, 1000), 1000, 1000.0 / 96, true},
+	} {
+		n, w := ringSize(c.cfg)
+		if n != c.size || (c.approxWS && (w.Seconds() < c.windowS-0.01 || w.Seconds() > c.windowS+0.01)) || (!c.approxWS && w.Seconds() != c.windowS) {
+			t.Errorf("%s: %d samples, %v; want %d, %.2f s", c.name, n, w, c.size, c.windowS)
+		}
+		t.Logf("%s: %d samples (%d bytes), resume window %.1f s", c.name, n, n*ringSampleBytes, w.Seconds())
+	}
+}
