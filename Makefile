@@ -20,7 +20,7 @@ STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) 
 # the 2 cores made them depend on each other's load. Costs ~80 s.
 TESTFLAGS ?= -race -p 1 -timeout 15m
 
-.PHONY: help build test gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 bench bench-go benchcmp fuzz fuzz-brief npm-deps clean
+.PHONY: help build test gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 bench soak bench-go benchcmp fuzz fuzz-brief npm-deps clean
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -63,6 +63,9 @@ gotest:
 
 bench: ## regenerate docs/BENCHMARKS.md: edgegw bench acquire + deliver (~15 min; QUICK=1 ~2 min)
 	bench/regen.sh
+
+soak: ## edgegw bench soak for DURATION (default 30m) into docs/BENCHMARKS.md and bench/results/soak.*
+	DURATION=$(or $(DURATION),30m) bench/soak.sh
 
 bench-go: ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./...

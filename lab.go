@@ -20,7 +20,7 @@ lab (not in the release gateway binary; shipped as edgegw-lab):
                                            simulated loggers + gateway + page, all on loopback
   edgegw sim     -devices N -transport tcp|udp|rtu …   simulated loggers alone
   edgegw receive -listen ADDR -out FILE.jsonl          reference upstream receiver
-  edgegw bench   acquire|deliver …                     the measurement stand (docs/BENCHMARKS.md)
+  edgegw bench   acquire|deliver|soak …                the measurement stand and the soak (docs/BENCHMARKS.md)
 `
 	labCommands["demo"] = cmdDemo
 	labCommands["sim"] = cmdSim

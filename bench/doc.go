@@ -3,13 +3,18 @@
 // generators, the gateway under test in a child process (the same binary
 // re-executed with `bench child ROLE`) so its CPU and RSS are its own, the
 // optional peers (Debian's mosquitto, Telegraf's modbus input), and the
-// reports: a table, JSON, Markdown and SVG line charts.
+// reports: a table, JSON, Markdown and SVG line charts. `edgegw bench soak`
+// runs the real gateway instead (`edgegw run -config FILE`, this binary or
+// -gateway) against loggers, a reference receiver (push.Receiver, in this
+// process), a slow WebSocket client and request floods on a schedule, and
+// samples the gateway's /proc entries and API.
 //
 // It never runs inside the gateway (edge, web and push never import it),
 // never downloads or builds a peer, and talks only to loopback.
 //
-// Concurrency: RunAcquire and RunDeliver own every goroutine and process they
-// start (fleets, clients, children, peers) and return after all of them have
+// Concurrency: RunAcquire, RunDeliver and RunSoak own every goroutine and
+// process they start (fleets, clients, children, peers, the gateway, the
+// receiver, the soak's event goroutines) and return after all of them have
 // exited; each client goroutine owns its own counters and histogram, which
 // are merged only after it has exited. A child serves one command at a time
 // on its stdin/stdout.

@@ -571,10 +571,11 @@ func (s *soakRun) config(k int) (string, bool) {
 	unopenable := s.cfg.Unopenable && k%2 == 1
 	if unopenable {
 		if k%4 == 1 {
-			fmt.Fprintf(&b, "[[device]]\nname = \"unplugged-%d\"\ntransport = \"rtu\"\naddress = \"/dev/ttyEDGEGWSOAK%d\"\nprofile = \"th\"\ninterval = %q\n", k, k, s.cfg.Interval.String())
+			fmt.Fprintf(&b, "[[device]]\nname = \"unplugged-%d\"\ntransport = \"rtu\"\naddress = \"/dev/ttyEDGEGWSOAK%d\"\n", k, k)
 		} else {
-			fmt.Fprintf(&b, "[[device]]\nname = \"unresolvable-%d\"\ntransport = \"udp\"\naddress = \"soak-%d.invalid:502\"\nprofile = \"th\"\ninterval = %q\n", k, k, s.cfg.Interval.String())
+			fmt.Fprintf(&b, "[[device]]\nname = \"unresolvable-%d\"\ntransport = \"udp\"\naddress = \"soak-%d.invalid:502\"\n", k, k)
 		}
+		fmt.Fprintf(&b, "profile = \"th\"\ninterval = %q\ntimeout = %q\n", s.cfg.Interval.String(), s.cfg.Timeout.String())
 	}
 	return b.String(), unopenable
 }
@@ -606,6 +607,162 @@ func at(ctx context.Context, start, end time.Time, offset, period time.Duration,
 	}
 }
 
+// startLoggers starts the fleets (their goroutines join wg and run until
+// ctx ends) and fills s.loggers and s.extras. Logger i is restarted in turn
+// when (i/2)%4 == 0 (a quarter, of both transports when mixed); the rest are
+// untouched.
+func (s *soakRun) startLoggers(ctx context.Context, wg *sync.WaitGroup) error {
+	cfg := s.cfg
+	fault := sim.Faults{DropRequest: cfg.Loss, DropResponse: cfg.Loss}
+	nUDP, nTCP := cfg.Devices, 0
+	if cfg.Transport == "mixed" {
+		nTCP = cfg.Devices / 2
+		nUDP = cfg.Devices - nTCP
+	}
+	newFleet := func(n int, tr string, seed int64) (*sim.Fleet, error) {
+		if n == 0 {
+			return nil, nil
+		}
+		f, err := sim.NewFleet(sim.Config{Devices: n, Transport: tr, Seed: seed, Faults: fault})
+		if err != nil {
+			return nil, fmt.Errorf("bench: soak: %w", err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = f.Run(ctx) }()
+		return f, nil
+	}
+	udp, err := newFleet(nUDP, "udp", cfg.Seed)
+	if err != nil {
+		return err
+	}
+	tcp, err := newFleet(nTCP, "tcp", cfg.Seed+1)
+	if err != nil {
+		return err
+	}
+	extra, err := newFleet(2, "udp", cfg.Seed+2)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < cfg.Devices; i++ {
+		f, j, tr := udp, i, "udp"
+		if tcp != nil && i%2 == 1 {
+			f, j, tr = tcp, i/2, "tcp"
+		} else if tcp != nil {
+			j = i / 2
+		}
+		s.loggers = append(s.loggers, soakLogger{name: fmt.Sprintf("logger-%02d", i+1), transport: tr, addr: f.Addr(j), l: f.Logger(j), untouched: (i/2)%4 != 0})
+	}
+	for i := range 2 {
+		s.extras = append(s.extras, soakLogger{name: fmt.Sprintf("reloaded-%d", i+1), transport: "udp", addr: extra.Addr(i), l: extra.Logger(i)})
+	}
+	return nil
+}
+
+// soakEvents is what the event goroutines write: counters under mu, and
+// the phase the monitor stamps on each sample.
+type soakEvents struct {
+	mu     sync.Mutex
+	ev     SoakEvents
+	status map[string]uint64 // flood replies
+	phase  atomic.Value      // "", "uplink cut", "flood"
+}
+
+func (e *soakEvents) add(f func(e *SoakEvents)) { e.mu.Lock(); f(&e.ev); e.mu.Unlock() }
+
+// startEvents starts one goroutine per kind of event (joining wg), each
+// acting on its schedule from start until end or until ctx ends.
+func (s *soakRun) startEvents(ctx context.Context, wg *sync.WaitGroup, start, end time.Time, gw *gatewayProc, up *uplink, page, confPath string) *soakEvents {
+	cfg := s.cfg
+	e := &soakEvents{status: map[string]uint64{}}
+	e.phase.Store("")
+	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	var pool []*sim.Logger
+	for _, l := range s.loggers {
+		if !l.untouched {
+			pool = append(pool, l.l)
+		}
+	}
+	run(func() {
+		at(ctx, start, end, cfg.RestartEvery/2, cfg.RestartEvery, func(k int) {
+			l := pool[k%len(pool)]
+			if err := l.Restart(); err != nil {
+				cfg.Logger.Warn("bench: soak: restart logger", "logger", l.Name(), "err", err)
+			}
+			e.add(func(e *SoakEvents) { e.Restarts++ })
+		})
+	})
+	run(func() {
+		at(ctx, start, end, cfg.ReloadEvery/3, cfg.ReloadEvery, func(k int) {
+			body, unopenable := s.config(k + 1)
+			if err := writeFile(confPath, body); err != nil {
+				cfg.Logger.Warn("bench: soak: reload", "err", err)
+				return
+			}
+			_ = gw.cmd.Process.Signal(syscall.SIGHUP)
+			cfg.Logger.Info("bench: soak: reload", "n", k+1, "unopenable", unopenable)
+			e.add(func(e *SoakEvents) {
+				e.Reloads++
+				if unopenable {
+					e.UnopenableAdds++
+				}
+			})
+		})
+	})
+	run(func() {
+		at(ctx, start, end, cfg.UplinkEvery/3, cfg.UplinkEvery, func(int) {
+			if err := up.down(); err != nil {
+				cfg.Logger.Warn("bench: soak: receiver", "err", err)
+			}
+			e.phase.Store("uplink cut")
+			e.add(func(e *SoakEvents) { e.UplinkCuts++ })
+			cfg.Logger.Info("bench: soak: uplink cut", "for", cfg.UplinkDown)
+			_ = sleepCtx(ctx, cfg.UplinkDown)
+			if err := up.up(context.Background()); err != nil {
+				cfg.Logger.Error("bench: soak: receiver back", "err", err)
+			}
+			e.phase.Store("")
+		})
+	})
+	run(func() {
+		var conn *websocket.Conn
+		defer func() {
+			if conn != nil {
+				conn.Close()
+			}
+		}()
+		at(ctx, start, end, 2*time.Second, cfg.UplinkEvery, func(int) {
+			if conn != nil {
+				conn.Close()
+			}
+			var err error
+			if conn, err = slowClient(ctx, page, s.token); err != nil {
+				cfg.Logger.Warn("bench: soak: slow client", "err", err)
+				e.add(func(e *SoakEvents) { e.SlowClientErrors++ })
+				return
+			}
+			e.add(func(e *SoakEvents) { e.SlowClients++ })
+		})
+	})
+	if cfg.Flood != FloodOff {
+		run(func() {
+			at(ctx, start, end, cfg.FloodEvery*3/4, cfg.FloodEvery, func(int) {
+				e.phase.Store("flood")
+				cfg.Logger.Info("bench: soak: flood", "kind", cfg.Flood, "clients", cfg.FloodClients, "for", cfg.FloodFor)
+				st, n := flood(ctx, page, cfg.Flood, cfg.FloodClients, cfg.FloodFor)
+				e.phase.Store("")
+				e.add(func(ev *SoakEvents) {
+					ev.Floods++
+					ev.FloodRequests += n
+					for k, v := range st {
+						e.status[k] += v
+					}
+				})
+			})
+		})
+	}
+	return e
+}
+
 // RunSoak runs the compressed soak and returns its report. An error means
 // the soak could not run or the gateway died; the report says what was
 // measured until then.
@@ -625,11 +782,11 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	s := &soakRun{cfg: cfg, dir: cfg.Dir, token: "soak-read-token", password: "soak-right-password"}
 	if s.dir == "" {
 		if s.dir, err = os.MkdirTemp("", "edgegw-soak-"); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("bench: soak: %w", err)
 		}
 		defer os.RemoveAll(s.dir)
 	} else if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: soak: %w", err)
 	}
 	hash, err := web.HashPassword(s.password, web.DefaultHashIterations)
 	if err != nil {
@@ -643,58 +800,17 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		return nil, err
 	}
 
-	// The loggers: logger i is restarted in turn when (i/2)%4 == 0 (a
-	// quarter, of both transports when mixed), the rest are untouched.
-	fault := sim.Faults{DropRequest: cfg.Loss, DropResponse: cfg.Loss}
-	nUDP, nTCP := cfg.Devices, 0
-	if cfg.Transport == "mixed" {
-		nTCP = cfg.Devices / 2
-		nUDP = cfg.Devices - nTCP
-	}
 	fctx, stopFleets := context.WithCancel(context.Background())
 	var fleetWG sync.WaitGroup
 	defer func() { stopFleets(); fleetWG.Wait() }()
-	newFleet := func(n int, tr string, seed int64) (*sim.Fleet, error) {
-		if n == 0 {
-			return nil, nil
-		}
-		f, err := sim.NewFleet(sim.Config{Devices: n, Transport: tr, Seed: seed, Faults: fault})
-		if err != nil {
-			return nil, fmt.Errorf("bench: soak: %w", err)
-		}
-		fleetWG.Add(1)
-		go func() { defer fleetWG.Done(); _ = f.Run(fctx) }()
-		return f, nil
-	}
-	udp, err := newFleet(nUDP, "udp", cfg.Seed)
-	if err != nil {
+	if err := s.startLoggers(fctx, &fleetWG); err != nil {
 		return nil, err
-	}
-	tcp, err := newFleet(nTCP, "tcp", cfg.Seed+1)
-	if err != nil {
-		return nil, err
-	}
-	extra, err := newFleet(2, "udp", cfg.Seed+2)
-	if err != nil {
-		return nil, err
-	}
-	for i := 0; i < cfg.Devices; i++ {
-		f, j, tr := udp, i, "udp"
-		if tcp != nil && i%2 == 1 {
-			f, j, tr = tcp, i/2, "tcp"
-		} else if tcp != nil {
-			j = i / 2
-		}
-		s.loggers = append(s.loggers, soakLogger{name: fmt.Sprintf("logger-%02d", i+1), transport: tr, addr: f.Addr(j), l: f.Logger(j), untouched: (i/2)%4 != 0})
-	}
-	for i := range 2 {
-		s.extras = append(s.extras, soakLogger{name: fmt.Sprintf("reloaded-%d", i+1), transport: "udp", addr: extra.Addr(i), l: extra.Logger(i)})
 	}
 
 	// The receiver.
 	recvOut, err := os.Create(filepath.Join(s.dir, "received.jsonl"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: soak: %w", err)
 	}
 	defer recvOut.Close()
 	recv := push.NewReceiver(push.ReceiverConfig{Listen: "127.0.0.1:0", Out: recvOut, Logger: cfg.Logger})
@@ -747,98 +863,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		}
 	}()
 	var wg sync.WaitGroup
-	var ev SoakEvents
-	var evMu sync.Mutex // ev, written by the event goroutines
-	event := func(f func(e *SoakEvents)) { evMu.Lock(); f(&ev); evMu.Unlock() }
-	run := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
-
-	var pool []*sim.Logger
-	for _, l := range s.loggers {
-		if !l.untouched {
-			pool = append(pool, l.l)
-		}
-	}
-	run(func() {
-		at(ectx, start, end, cfg.RestartEvery/2, cfg.RestartEvery, func(k int) {
-			l := pool[k%len(pool)]
-			if err := l.Restart(); err != nil {
-				cfg.Logger.Warn("bench: soak: restart logger", "logger", l.Name(), "err", err)
-			}
-			event(func(e *SoakEvents) { e.Restarts++ })
-		})
-	})
-	run(func() {
-		at(ectx, start, end, cfg.ReloadEvery/3, cfg.ReloadEvery, func(k int) {
-			body, unopenable := s.config(k + 1)
-			if err := writeFile(confPath, body); err != nil {
-				cfg.Logger.Warn("bench: soak: reload", "err", err)
-				return
-			}
-			_ = gw.cmd.Process.Signal(syscall.SIGHUP)
-			cfg.Logger.Info("bench: soak: reload", "n", k+1, "unopenable", unopenable)
-			event(func(e *SoakEvents) {
-				e.Reloads++
-				if unopenable {
-					e.UnopenableAdds++
-				}
-			})
-		})
-	})
-	var phase atomic.Value // "", "uplink cut", "flood"
-	phase.Store("")
-	run(func() {
-		at(ectx, start, end, cfg.UplinkEvery/3, cfg.UplinkEvery, func(int) {
-			if err := up.down(); err != nil {
-				cfg.Logger.Warn("bench: soak: receiver", "err", err)
-			}
-			phase.Store("uplink cut")
-			event(func(e *SoakEvents) { e.UplinkCuts++ })
-			cfg.Logger.Info("bench: soak: uplink cut", "for", cfg.UplinkDown)
-			_ = sleepCtx(ectx, cfg.UplinkDown)
-			if err := up.up(context.Background()); err != nil {
-				cfg.Logger.Error("bench: soak: receiver back", "err", err)
-			}
-			phase.Store("")
-		})
-	})
-	run(func() {
-		var conn *websocket.Conn
-		defer func() {
-			if conn != nil {
-				conn.Close()
-			}
-		}()
-		at(ectx, start, end, 2*time.Second, cfg.UplinkEvery, func(int) {
-			if conn != nil {
-				conn.Close()
-			}
-			var err error
-			if conn, err = slowClient(ectx, page, s.token); err != nil {
-				cfg.Logger.Warn("bench: soak: slow client", "err", err)
-				event(func(e *SoakEvents) { e.SlowClientErrors++ })
-				return
-			}
-			event(func(e *SoakEvents) { e.SlowClients++ })
-		})
-	})
-	floodStatus := map[string]uint64{}
-	if cfg.Flood != FloodOff {
-		run(func() {
-			at(ectx, start, end, cfg.FloodEvery*3/4, cfg.FloodEvery, func(int) {
-				phase.Store("flood")
-				cfg.Logger.Info("bench: soak: flood", "kind", cfg.Flood, "clients", cfg.FloodClients, "for", cfg.FloodFor)
-				st, n := flood(ectx, page, cfg.Flood, cfg.FloodClients, cfg.FloodFor)
-				phase.Store("")
-				event(func(e *SoakEvents) {
-					e.Floods++
-					e.FloodRequests += n
-					for k, v := range st {
-						floodStatus[k] += v
-					}
-				})
-			})
-		})
-	}
+	evs := s.startEvents(ectx, &wg, start, end, gw, up, page, confPath)
 
 	// The monitor, in this goroutine: resources until end.
 	var a0 map[string]soakDevice
@@ -848,7 +873,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	sample := func(prev *Usage) SoakSample {
 		u, _ := procUsage(pid)
 		smp := SoakSample{T: time.Since(start).Seconds(), RSSMiB: mib(u.RSS), FDs: procFDs(pid), Threads: procThreads(pid),
-			Goroutines: api.goroutines(ctx), Phase: phase.Load().(string)}
+			Goroutines: api.goroutines(ctx), Phase: evs.phase.Load().(string)}
 		if prev.At.IsZero() {
 			smp.CPU = cpuPercent(Usage{At: start}, u)
 		} else {
@@ -884,10 +909,11 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	uEnd, _ := procUsage(pid)
 	stopEvents()
 	wg.Wait()
-	ev.FloodKind, ev.FloodClients, ev.FloodStatus, ev.MonitorErrors = cfg.Flood, cfg.FloodClients, floodStatus, monErr
-	rep.Events = ev
+	rep.Events = evs.ev // the event goroutines have exited
+	rep.Events.FloodKind, rep.Events.FloodClients, rep.Events.FloodStatus, rep.Events.MonitorErrors = cfg.Flood, cfg.FloodClients, evs.status, monErr
 	rep.CPUPercent = cpuPercent(u0, uEnd)
 	if gw.exited() {
+		rep.trends(cfg.Warmup)
 		rep.Log = gw.logSum()
 		rep.ExitCode = gw.code
 		return rep, fmt.Errorf("bench: soak: the gateway died after %.0fs (exit %d): %s", time.Since(start).Seconds(), gw.code, strings.Join(rep.Log.Last, "\n"))
@@ -938,24 +964,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	if devErr != nil || a0 == nil {
 		return rep, fmt.Errorf("bench: soak: /api/devices: %v", devErr)
 	}
-	untouched := map[string]bool{}
-	for _, l := range s.loggers {
-		if !l.untouched {
-			continue
-		}
-		untouched[l.name] = true
-		a, b := a0[l.name], b0[l.name]
-		// Every window of the span counts, polled or not (overrun, or
-		// skipped while demoted): the clock, not the gateway, says how many.
-		rep.UntouchedSched += uint64(bAt.Sub(aAt) / cfg.Interval)
-		rep.UntouchedGood += b.GoodPolls - a.GoodPolls
-		rep.Demotions += b.Demotions - a.Demotions
-	}
-	rep.Untouched = len(untouched)
-	if rep.UntouchedSched > 0 {
-		rep.ValidRate = min(1, float64(rep.UntouchedGood)/float64(rep.UntouchedSched))
-	}
-	rep.ValidBound = SoakBound(cfg.Loss, cfg.Retries, rep.UntouchedSched)
+	untouched := rep.untouchedRates(s.loggers, a0, b0, bAt.Sub(aAt), cfg)
 	if _, err := recvOut.Seek(0, io.SeekStart); err != nil {
 		return rep, err
 	}
@@ -963,6 +972,30 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// untouchedRates sets the valid rate of the untouched loggers from two
+// /api/devices snapshots span apart and returns their names. Every window
+// of the span counts, polled or not (overrun, or skipped while demoted):
+// the clock, not the gateway, says how many.
+func (r *SoakReport) untouchedRates(loggers []soakLogger, a0, b0 map[string]soakDevice, span time.Duration, cfg SoakConfig) map[string]bool {
+	untouched := map[string]bool{}
+	for _, l := range loggers {
+		if !l.untouched {
+			continue
+		}
+		untouched[l.name] = true
+		a, b := a0[l.name], b0[l.name]
+		r.UntouchedSched += uint64(span / cfg.Interval)
+		r.UntouchedGood += b.GoodPolls - a.GoodPolls
+		r.Demotions += b.Demotions - a.Demotions
+	}
+	r.Untouched = len(untouched)
+	if r.UntouchedSched > 0 {
+		r.ValidRate = min(1, float64(r.UntouchedGood)/float64(r.UntouchedSched))
+	}
+	r.ValidBound = SoakBound(cfg.Loss, cfg.Retries, r.UntouchedSched)
+	return untouched
 }
 
 // trends fills the resource trends from the samples after warm-up.

@@ -81,7 +81,9 @@ func (r *SoakReport) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "edgegw bench soak — %d CPUs (%s), %s\n", r.Machine.CPUs, r.Machine.Model, r.Machine.Note)
 	r.table().text(w)
 	fmt.Fprintln(w)
-	r.figures().text(w)
+	for _, row := range r.figures().rows {
+		fmt.Fprintf(w, "%s: %s\n", row[0], row[1])
+	}
 	for _, n := range r.notes() {
 		fmt.Fprintln(w, "  "+n)
 	}
