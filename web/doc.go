@@ -19,5 +19,7 @@
 // once, and per WebSocket connection one writer and one reader) and returns
 // after all of them exited. Only a connection's writer writes data frames;
 // close frames go through WriteControl, which gorilla allows concurrently.
-// The rate limiter and the basic-auth cache are mutex-guarded maps.
+// The rate limiter and the basic-auth verdict cache are mutex-guarded maps;
+// password hashing runs in the request's goroutine, at most
+// RateLimits.HashConcurrency at once (a semaphore).
 package web

@@ -101,7 +101,7 @@ func (h *hub) count() int {
 
 // broadcast offers f to every client without blocking; a client whose queue
 // is full is dropped (removed, its gone channel closed, its pending write cut
-// short) and counted. It returns the number of clients dropped.
+// short); its handler counts and logs it. It returns the number dropped.
 func (h *hub) broadcast(f *frame) (dropped int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
