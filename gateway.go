@@ -19,6 +19,7 @@ import (
 type gateway struct {
 	cfg   *conf.Config
 	log   *slog.Logger
+	seq   *ringstore.Sequence
 	ring  *ringstore.Ring
 	sched *edge.Scheduler
 	web   *web.Server
@@ -27,17 +28,37 @@ type gateway struct {
 	push  *push.Pusher     // nil when no upstream is configured
 }
 
-func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
-	seq, err := ringstore.OpenSequence(c.Gateway.DataDir)
+func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
+	// The queue first: the sequence starts above the highest seq it holds,
+	// and the queue keeps the restart's skip for the receiver.
+	var queue *ringstore.Queue
+	if hasUpstream(c) {
+		if queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				queue.Close()
+			}
+		}()
+	}
+	scfg := ringstore.SequenceConfig{Dir: c.Gateway.DataDir, Logger: log.With("pkg", "ringstore")}
+	if queue != nil {
+		scfg.Floor = queue.LastSeq()
+	}
+	seq, err := ringstore.OpenSequenceConfig(scfg)
 	if err != nil {
 		return nil, err
+	}
+	if queue != nil {
+		queue.Resume(seq.First())
 	}
 	ring := ringstore.NewRing(c.Ring.Size, seq)
 	sched, err := newScheduler(c, ring, log.With("pkg", "edge"))
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{cfg: c, log: log, ring: ring, sched: sched}
+	g = &gateway{cfg: c, log: log, seq: seq, ring: ring, sched: sched, queue: queue}
 	writeToken, err := secret("http.write_token_file", c.HTTP.WriteTokenFile)
 	if err != nil {
 		return nil, err
@@ -50,14 +71,10 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	if hasUpstream(c) {
-		if g.queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
-			return nil, err
-		}
+	if queue != nil {
 		ring.OnAppend(g.queue.Append)
 		g.up = new(stats.Upstream)
 		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.up, edgeWriter{sched}, log.With("pkg", "push")); err != nil {
-			g.queue.Close()
 			return nil, err
 		}
 	}
@@ -161,10 +178,11 @@ type piece struct {
 
 // pieces lists the gateway's running parts, consumers first: runStages
 // starts them in this order and stops them in reverse (the scheduler
-// first, so no new samples, then delivery, then the queue). listen must
+// first, so no new samples, then delivery, then the queue, then the
+// sequence's mark writer). listen must
 // have been called.
 func (g *gateway) pieces() []piece {
-	var ps []piece
+	ps := []piece{{"sequence", g.seq.Run}} // writes the next marks; stopped last
 	if g.push != nil {
 		ps = append(ps,
 			piece{"queue", func(ctx context.Context) error {

@@ -24,6 +24,8 @@ const (
 	maxRecordSamples       = 256  // samples per record
 	maxDropRanges          = 1024 // DroppedRanges kept (the counter is exact regardless)
 	ackFile                = "queue.ack"
+	skipFile               = "queue.skips"
+	maxSkips               = 64 // skips kept (the oldest go first; each is a restart)
 	segSuffix              = ".seg"
 )
 
@@ -59,6 +61,14 @@ type QueueStats struct {
 	DroppedRanges []SeqRange // where the drops were (first 1024 ranges)
 	Recovered     int64      // bytes cut from torn or corrupt segment tails at open
 	Segments      int        // segment files
+}
+
+// Skip is a range of sequence numbers of one epoch that were never given to
+// a sample: what a restart skipped of the block the previous run had
+// reserved. Receivers treat it as seen, not as a gap.
+type Skip struct {
+	Epoch       uint64
+	First, Last uint64
 }
 
 type run struct{ first, last uint64 }
@@ -128,7 +138,7 @@ func (s *segment) add(first, last uint64) {
 // at risk). The ack mark is saved
 // at most every FsyncInterval (each write with FsyncAlways) and at Close, so
 // after a crash a few already-acknowledged samples may be sent again —
-// receivers dedup by (gateway, seq) — but an unacknowledged sample is never
+// receivers dedup by (gateway, epoch, seq) — but an unacknowledged sample is never
 // skipped.
 //
 // Memory and latency: Append runs under the ring's lock, so it does one
@@ -173,6 +183,7 @@ type Queue struct {
 	closed    bool
 	oldestFor uint64 // head for which oldestTS is valid (+1; 0 = invalid)
 	oldestTS  int64
+	skips     []Skip // numbers never given to a sample (restarts), oldest first
 
 	wmu          sync.Mutex // the writer: active file, sync and ack-mark state
 	wf           *os.File
@@ -254,6 +265,7 @@ func (q *Queue) recover() error {
 		}
 	}
 	q.ackSaved = q.head
+	q.skips = readSkips(filepath.Join(dir, skipFile), q.log)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("ringstore: queue: %w", err)
@@ -581,7 +593,7 @@ func (q *Queue) readRecord(f *os.File, off, size int64) ([]byte, error) {
 	if _, err := f.ReadAt(h, off); err != nil {
 		return nil, err
 	}
-	l := int64(h[0]) | int64(h[1])<<8 | int64(h[2])<<16 | int64(h[3])<<24
+	l := int64(h[0]) | int64(h[1])<<8 | int64(h[2])<<16 | int64(h[3]&0x7f)<<24
 	if l == 0 || l > maxRecord || off+recordHeader+l > size {
 		return nil, fmt.Errorf("bad record length %d at offset %d", l, off)
 	}
@@ -770,7 +782,7 @@ func (q *Queue) writeOnce() bool {
 	done := skip // taken samples accounted for (the acked ones need no write)
 	for i := skip; i < len(take); {
 		j := i + 1
-		for j < len(take) && j-i < maxRecordSamples && take[j].Seq == take[j-1].Seq+1 {
+		for j < len(take) && j-i < maxRecordSamples && take[j].Seq == take[j-1].Seq+1 && take[j].Epoch == take[i].Epoch {
 			j++
 		}
 		q.enc = appendRecord(q.enc[:0], take[i:j])
@@ -888,6 +900,23 @@ func (q *Queue) saveAck(head uint64) {
 		return
 	}
 	q.ackSaved, q.lastAckWrite = head, time.Now()
+	q.mu.Lock()
+	keep := q.skips[:0]
+	for _, k := range q.skips {
+		if k.Last >= head { // its jump is not acknowledged yet
+			keep = append(keep, k)
+		}
+	}
+	pruned := len(keep) < len(q.skips)
+	clear(q.skips[len(keep):])
+	q.skips = keep
+	skips := append([]Skip(nil), keep...)
+	q.mu.Unlock()
+	if pruned {
+		if err := writeSkips(filepath.Join(q.cfg.Dir, skipFile), skips); err != nil {
+			q.logErr("save restart skips", err)
+		}
+	}
 }
 
 // deleteAcked removes the segments (not the active one) that hold nothing
@@ -935,4 +964,102 @@ func (q *Queue) Close() error {
 	q.closed = true
 	q.mu.Unlock()
 	return nil
+}
+
+// LastSeq is the highest sequence number the queue holds or has
+// acknowledged (0 when it never held one): the Sequence starts above it.
+func (q *Queue) LastSeq() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	last := q.head
+	if n := len(q.segs); n > 0 {
+		last = max(last, q.segs[n-1].last())
+	}
+	if n := len(q.mem); n > q.memOff {
+		last = max(last, q.mem[n-1].Seq)
+	}
+	return last
+}
+
+// Resume tells the queue where this run's numbering starts: when epoch
+// continues and first is above the queue's last seq + 1, the numbers in
+// between were reserved by the previous run and never used. That skip is
+// kept (file queue.skips) until acknowledged and sent with the batch that
+// crosses it (Skips), so a receiver does not report it as a gap.
+func (q *Queue) Resume(epoch, first uint64, continued bool) {
+	last := q.LastSeq()
+	if !continued || first <= last+1 || last == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.skips = append(q.skips, Skip{Epoch: epoch, First: last + 1, Last: first - 1})
+	if len(q.skips) > maxSkips {
+		q.skips = q.skips[len(q.skips)-maxSkips:]
+	}
+	skips := append([]Skip(nil), q.skips...)
+	q.mu.Unlock()
+	if q.cfg.Dir != "" {
+		if err := writeSkips(filepath.Join(q.cfg.Dir, skipFile), skips); err != nil {
+			q.log.Warn("ringstore: queue: restart skip not saved (a receiver may report it as a gap after another restart)", "err", err)
+		}
+	}
+}
+
+// Skips returns the skips of epoch whose end lands in (after, last]: the
+// ones a batch of that epoch covering (after, last] crosses.
+func (q *Queue) Skips(epoch, after, last uint64) []Skip {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []Skip
+	for _, k := range q.skips {
+		if k.Epoch == epoch && k.Last+1 > after && k.Last+1 <= last {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func readSkips(path string, log *slog.Logger) []Skip {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			log.Warn("ringstore: queue: restart skips unreadable", "file", path, "err", err)
+		}
+		return nil
+	}
+	var out []Skip
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		e, err1 := ParseEpoch(f[0])
+		a, err2 := strconv.ParseUint(f[1], 10, 64)
+		z, err3 := strconv.ParseUint(f[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || a > z {
+			log.Warn("ringstore: queue: bad line in restart skips ignored", "file", path, "line", line)
+			continue
+		}
+		out = append(out, Skip{Epoch: e, First: a, Last: z})
+	}
+	return out
+}
+
+// writeSkips replaces the skips file (one "epoch first last" line each).
+func writeSkips(path string, skips []Skip) error {
+	var b []byte
+	for _, k := range skips {
+		b = AppendEpoch(b, k.Epoch)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, k.First, 10)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, k.Last, 10)
+		b = append(b, '\n')
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o640); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -663,5 +664,61 @@ func BenchmarkQueueDiskBytes(b *testing.B) {
 			}
 			b.ReportMetric(float64(size)/float64(2*b.N), "disk-B/sample")
 		})
+	}
+}
+
+// Epochs survive the disk (every record carries its samples' epoch) and a
+// restart's skip is kept until its jump is acknowledged.
+func TestQueueEpochsAndSkips(t *testing.T) {
+	dir := t.TempDir()
+	q := openQ(t, QueueConfig{Dir: dir})
+	b1 := mkBatch(1, 1, 4)
+	for i := range b1 {
+		b1[i].Epoch = 0xaaaa000000000001
+	}
+	b2 := mkBatch(5, 1, 4)
+	for i := range b2 {
+		b2[i].Epoch = 0xbbbb000000000002
+	}
+	q.Append(b1)
+	q.Append(b2)
+	if got := q.LastSeq(); got != 8 {
+		t.Fatalf("LastSeq %d", got)
+	}
+	q.Resume(0xbbbb000000000002, 100, true)
+	q.Close()
+	q = openQ(t, QueueConfig{Dir: dir})
+	got := peekAll(t, q)
+	checkSeqs(t, got, 1, 8)
+	for i, s := range got {
+		want := uint64(0xaaaa000000000001)
+		if s.Seq >= 5 {
+			want = 0xbbbb000000000002
+		}
+		if s.Epoch != want {
+			t.Fatalf("sample %d: epoch %x, want %x", i, s.Epoch, want)
+		}
+	}
+	want := []Skip{{Epoch: 0xbbbb000000000002, First: 9, Last: 99}}
+	if k := q.Skips(0xbbbb000000000002, 8, 100); !slices.Equal(k, want) {
+		t.Fatalf("skips after reopen %v, want %v", k, want)
+	}
+	if k := q.Skips(0xbbbb000000000002, 100, 200); len(k) != 0 {
+		t.Fatalf("skips past the jump %v", k)
+	}
+	if k := q.Skips(0xaaaa000000000001, 8, 100); len(k) != 0 {
+		t.Fatalf("skips of another epoch %v", k)
+	}
+	q.Resume(0xbbbb000000000002, 9, true) // no skip: continues at last+1
+	q.Resume(0xcccc000000000003, 500, false)
+	if k := q.Skips(0xcccc000000000003, 0, 1000); len(k) != 0 {
+		t.Fatalf("a new epoch has no skip: %v", k)
+	}
+	q.Ack(100)
+	q.Close()
+	q = openQ(t, QueueConfig{Dir: dir})
+	defer q.Close()
+	if k := q.Skips(0xbbbb000000000002, 8, 100); len(k) != 0 {
+		t.Fatalf("skip kept after its jump was acknowledged: %v", k)
 	}
 }

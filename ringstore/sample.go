@@ -45,7 +45,8 @@ func ParseQuality(s string) (Quality, error) {
 //
 // value is a number, true/false for bool tags, or null when quality is not good.
 type Sample struct {
-	Seq     uint64  // global, strictly increasing, never reused across restarts
+	Seq     uint64  // global, strictly increasing, never reused within its epoch
+	Epoch   uint64  // the Sequence epoch that numbered it (set with Seq; not in AppendJSON)
 	Device  string  // device name from the config
 	Tag     string  // tag name, unique within the device
 	Value   float64 // scaled value; 0/1 for bool tags
