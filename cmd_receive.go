@@ -13,12 +13,15 @@ import (
 
 // cmdReceive runs the reference upstream receiver: it accepts gateways over
 // WebSocket at /ingest, acknowledges every batch, drops duplicates by
-// (gateway, seq) and writes each new sample as one JSON line.
+// (gateway, epoch, seq) and writes each new sample as one JSON line. Its
+// dedup state is kept in -state (by default <out>.state/ beside the output
+// file; memory only when writing to stdout), one <gateway>.json per gateway.
 func cmdReceive(args []string) error {
 	fs := flag.NewFlagSet("receive", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:9090", "address to accept gateways on (path /ingest)")
 	out := fs.String("out", "-", "JSON lines file to append samples to (- = stdout)")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token gateways must present (empty: no check)")
+	stateDir := fs.String("state", "", "directory for the dedup state, one <gateway>.json each, kept across restarts (default <out>.state; none with -out -)")
 	newLog := logFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -40,7 +43,18 @@ func cmdReceive(args []string) error {
 		defer f.Close()
 		w = f
 	}
-	r := push.NewReceiver(push.ReceiverConfig{Listen: *listen, Token: token, Out: w, Logger: log})
+	if *stateDir == "" && *out != "-" {
+		*stateDir = *out + ".state"
+	}
+	if *stateDir != "" {
+		if err := os.MkdirAll(*stateDir, 0o750); err != nil {
+			return err
+		}
+		log.Info("dedup state kept in " + *stateDir)
+	} else {
+		log.Info("dedup state kept in memory only (-out -): a restart of the receiver may write duplicates")
+	}
+	r := push.NewReceiver(push.ReceiverConfig{Listen: *listen, Token: token, Out: w, Logger: log, StateDir: *stateDir})
 	addr, err := r.Listen()
 	if err != nil {
 		return err
@@ -50,6 +64,7 @@ func cmdReceive(args []string) error {
 	defer stop()
 	err = r.Serve(ctx)
 	st := r.Stats()
-	fmt.Fprintf(os.Stderr, "received %d batches, %d new samples, %d duplicates\n", st.Batches, st.Samples, st.Duplicates)
+	fmt.Fprintf(os.Stderr, "received %d batches, %d new samples, %d duplicates, %d gaps (%d samples), %d epochs\n",
+		st.Batches, st.Samples, st.Duplicates, st.Gaps, st.GapSamples, st.Epochs)
 	return err
 }

@@ -20,6 +20,7 @@ import (
 type gateway struct {
 	cfg   *conf.Config
 	log   *slog.Logger
+	seq   *ringstore.Sequence
 	ring  *ringstore.Ring
 	sched *edge.Scheduler
 	hist  *history.Store
@@ -30,20 +31,43 @@ type gateway struct {
 	spb   *sparkplugParts  // nil without [upstream.sparkplug] (sparkplug_wire.go)
 }
 
-func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
-	seq, err := ringstore.OpenSequence(c.Gateway.DataDir)
+func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
+	// The queue first: the sequence starts above the highest seq it holds,
+	// and the queue keeps the restart's skip for the receiver.
+	var queue *ringstore.Queue
+	if hasUpstream(c) {
+		if queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				queue.Close()
+			}
+		}()
+	}
+	scfg := ringstore.SequenceConfig{Dir: c.Gateway.DataDir, Logger: log.With("pkg", "ringstore")}
+	if queue != nil {
+		scfg.Floor = queue.LastSeq()
+	}
+	seq, err := ringstore.OpenSequenceConfig(scfg)
 	if err != nil {
 		return nil, err
+	}
+	if queue != nil {
+		queue.Resume(seq.First())
 	}
 	size, window := ringSize(c)
 	ring := ringstore.NewRing(size, seq)
-	g := &gateway{cfg: c, log: log, ring: ring}
-	g.hist, err = history.Open(historyConfig(c, func() []stats.Entry { return g.sched.Devices() }, log.With("pkg", "history")))
-	if err != nil {
+	g = &gateway{cfg: c, log: log, seq: seq, ring: ring, queue: queue}
+	if g.hist, err = history.Open(historyConfig(c, func() []stats.Entry { return g.sched.Devices() }, log.With("pkg", "history"))); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			g.hist.Close()
+		}
+	}()
 	if g.sched, err = newScheduler(c, teeSink{ring, g.hist}, log.With("pkg", "edge")); err != nil {
-		g.hist.Close()
 		return nil, err
 	}
 	log.Info("ring sized", "samples", size, "resume_window", window.Round(time.Second))
@@ -59,23 +83,14 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	if hasUpstream(c) {
-		if g.queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
-			return nil, err
-		}
+	if queue != nil {
 		ring.OnAppend(g.queue.Append)
 		g.up = new(stats.Upstream)
 		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.sched.Devices, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
-			g.queue.Close()
-			g.hist.Close()
 			return nil, err
 		}
 	}
-	if err := g.addSparkplug(c, edgeWriter{g.sched}, log.With("pkg", "sparkplug")); err != nil {
-		if g.queue != nil {
-			g.queue.Close()
-		}
-		g.hist.Close()
+	if err = g.addSparkplug(c, edgeWriter{g.sched}, log.With("pkg", "sparkplug")); err != nil {
 		return nil, err
 	}
 	g.web = web.New(web.Config{
@@ -200,10 +215,11 @@ type piece struct {
 
 // pieces lists the gateway's running parts, consumers first: runStages
 // starts them in this order and stops them in reverse (the scheduler
-// first, so no new samples, then delivery, then the queue). listen must
+// first, so no new samples, then delivery, then the queue, then the
+// sequence's mark writer). listen must
 // have been called.
 func (g *gateway) pieces() []piece {
-	var ps []piece
+	ps := []piece{{"sequence", g.seq.Run}} // writes the next marks; stopped last
 	if g.push != nil {
 		ps = append(ps,
 			piece{"queue", func(ctx context.Context) error {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -172,11 +171,7 @@ func TestUpstreamOutageLosesNothing(t *testing.T) {
 	waitFor(t, 30*time.Second, "(b) queue grows", func() bool { return status().Upstream.QueueSamples >= 2000 })
 
 	// (c) SIGKILL the gateway mid-outage and start it again.
-	hwm, err := os.ReadFile(filepath.Join(dir, "data", "seq.hwm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mark, _ := strconv.ParseUint(strings.TrimSpace(string(hwm)), 10, 64)
+	mark := markOf(t, filepath.Join(dir, "data"))
 	gw.kill()
 	gw = startGateway()
 	waitFor(t, 30*time.Second, "(c) queue restored and growing", func() bool {

@@ -9,7 +9,7 @@
 // (a func returning a ringstore.Snapshot), and publishes its state in a
 // stats.Upstream. Only acknowledged samples leave the queue: a WebSocket
 // batch on the receiver's ack, an MQTT batch on its PUBACK. Everything else
-// is resent, so receivers dedup by (gateway, seq). Write commands come
+// is resent, so receivers dedup by (gateway, epoch, seq). Write commands come
 // back the same ways (the receiver over the WebSocket uplink; MQTT
 // <prefix>/write/<device>/<tag> only with MQTT.WriteCommands, which trusts
 // the broker's ACLs: whoever may publish there may write) and are handed to

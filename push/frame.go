@@ -10,25 +10,34 @@ import (
 )
 
 // Batch frame, gateway to receiver (a WebSocket text message, or the
-// payload of an MQTT message on <prefix>/batch):
+// payload of an MQTT message on <prefix>/batch), protocol version 2:
 //
-//	{"type":"batch","gateway":"gw-01","first":41,"last":42,"samples":[
+//	{"type":"batch","v":2,"gateway":"gw-01","epoch":"9f3c04e1a2b3c4d5","first":41,"last":42,
+//	 "skip":[[11,1048616]],"samples":[
 //	 {"seq":41,"device":"logger-01","tag":"temperature","value":21.5,"quality":"good","ts":1764450000123456},
 //	 {"seq":42,...}]}
 //
 // Samples are consecutive in the queue (seq strictly increasing; a gap only
-// where samples were dropped and counted). first/last are the first and
-// last sample's seq.
-func appendBatch(b, gateway []byte, samples []ringstore.Sample) []byte {
-	return appendBatchTS(b, gateway, samples, false)
+// where samples were dropped and counted) and all of one epoch (16 hex
+// digits: a string, as JSON numbers lose precision above 2^53). first/last
+// are the first and last sample's seq. skip (only when there is one) lists
+// ranges [a,b] of the epoch that were never given to a sample (what a
+// restart skipped of the previous run's reserved block): a receiver counts
+// them as seen, not as a gap. Version 1 frames (no v, no epoch, no skip)
+// are read as epoch "".
+func appendBatch(b, gateway []byte, samples []ringstore.Sample, skips ...ringstore.Skip) []byte {
+	return appendBatchTS(b, gateway, samples, false, skips...)
 }
 
 // appendBatchTS is appendBatch with ts in Unix milliseconds when ms is set
-// (ts_unit = "ms"); the frame then says so after the gateway:
-// {"type":"batch","gateway":"gw-01","ts_unit":"ms","first":…}.
-func appendBatchTS(b, gateway []byte, samples []ringstore.Sample, ms bool) []byte {
-	b = append(b, `{"type":"batch","gateway":`...)
+// (ts_unit = "ms"); the frame then says so after the epoch:
+// {"type":"batch","v":2,"gateway":"gw-01","epoch":"…","ts_unit":"ms","first":…}.
+func appendBatchTS(b, gateway []byte, samples []ringstore.Sample, ms bool, skips ...ringstore.Skip) []byte {
+	b = append(b, `{"type":"batch","v":2,"gateway":`...)
 	b = append(b, gateway...)
+	b = append(b, `,"epoch":"`...)
+	b = ringstore.AppendEpoch(b, samples[0].Epoch)
+	b = append(b, '"')
 	if ms {
 		b = append(b, `,"ts_unit":"ms"`...)
 	}
@@ -36,6 +45,20 @@ func appendBatchTS(b, gateway []byte, samples []ringstore.Sample, ms bool) []byt
 	b = strconv.AppendUint(b, samples[0].Seq, 10)
 	b = append(b, `,"last":`...)
 	b = strconv.AppendUint(b, samples[len(samples)-1].Seq, 10)
+	if len(skips) > 0 {
+		b = append(b, `,"skip":[`...)
+		for i, k := range skips {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '[')
+			b = strconv.AppendUint(b, k.First, 10)
+			b = append(b, ',')
+			b = strconv.AppendUint(b, k.Last, 10)
+			b = append(b, ']')
+		}
+		b = append(b, ']')
+	}
 	b = append(b, `,"samples":`...)
 	b = ringstore.AppendJSONArrayTS(b, samples, ms)
 	return append(b, '}')
@@ -60,11 +83,17 @@ func (e *ProtocolError) Error() string { return "push: protocol: " + e.Frame + "
 
 type batchFrame struct {
 	Type    string             `json:"type"`
+	V       int                `json:"v"`
 	Gateway string             `json:"gateway"`
+	Epoch   string             `json:"epoch"`
 	First   uint64             `json:"first"`
 	Last    uint64             `json:"last"`
+	Skip    [][2]uint64        `json:"skip"`
 	Samples []ringstore.Sample `json:"samples"`
 }
+
+// maxSkips bounds the skip ranges of one frame.
+const maxSkips = 64
 
 // DefaultMaxBatch is the number of samples a receiver accepts in one batch
 // unless configured otherwise (a gateway sends at most WS.BatchMax, 500).
@@ -87,9 +116,12 @@ func parseBatchMax(data []byte, max int) (*batchFrame, error) {
 // left raw until counted) or the answer to a write command.
 type inFrame struct {
 	Type    string          `json:"type"`
+	V       int             `json:"v"`
 	Gateway string          `json:"gateway"`
+	Epoch   string          `json:"epoch"`
 	First   uint64          `json:"first"`
 	Last    uint64          `json:"last"`
+	Skip    [][2]uint64     `json:"skip"`
 	Samples json.RawMessage `json:"samples"`
 	TSUnit  string          `json:"ts_unit"` // "ms": ts in milliseconds (ts_unit = "ms"); else µs
 	WriteAnswer
@@ -97,7 +129,7 @@ type inFrame struct {
 
 // batch checks and decodes a batch of at most max samples.
 func (raw *inFrame) batch(max int) (*batchFrame, error) {
-	f := batchFrame{Type: raw.Type, Gateway: raw.Gateway, First: raw.First, Last: raw.Last}
+	f := batchFrame{Type: raw.Type, V: raw.V, Gateway: raw.Gateway, Epoch: raw.Epoch, First: raw.First, Last: raw.Last, Skip: raw.Skip}
 	if f.Type != "batch" {
 		return nil, &ProtocolError{"batch", fmt.Sprintf("type %.40q", f.Type)}
 	}
@@ -179,6 +211,20 @@ func (f *batchFrame) check() error {
 		return &ProtocolError{"batch", "no samples"}
 	case f.Samples[0].Seq != f.First || f.Samples[len(f.Samples)-1].Seq != f.Last:
 		return &ProtocolError{"batch", fmt.Sprintf("first/last %d/%d do not match the samples", f.First, f.Last)}
+	case f.V >= 2 && f.Epoch == "":
+		return &ProtocolError{"batch", "version 2 without an epoch"}
+	case len(f.Skip) > maxSkips:
+		return &ProtocolError{"batch", fmt.Sprintf("%d skip ranges (at most %d)", len(f.Skip), maxSkips)}
+	}
+	if f.Epoch != "" {
+		if _, err := ringstore.ParseEpoch(f.Epoch); err != nil {
+			return &ProtocolError{"batch", err.Error()}
+		}
+	}
+	for _, k := range f.Skip {
+		if k[0] > k[1] || k[1] >= f.Last {
+			return &ProtocolError{"batch", fmt.Sprintf("skip [%d,%d] is not a range below last %d", k[0], k[1], f.Last)}
+		}
 	}
 	for i := 1; i < len(f.Samples); i++ {
 		if f.Samples[i].Seq <= f.Samples[i-1].Seq {
@@ -211,22 +257,34 @@ type batcher struct {
 	wait  time.Duration
 	until time.Time // linger deadline of the partial batch; zero when none
 	buf   []ringstore.Sample
+	skips []ringstore.Skip // the restart skips the batch from next crosses
 }
 
 // next returns the batch to send now after the cursor, or nil (nothing
-// waiting, or a partial batch still lingering: see linger).
+// waiting, or a partial batch still lingering: see linger). A batch never
+// mixes epochs: it ends before the first sample of another epoch, and is
+// then due at once. skips is set to the restart skips it crosses.
 func (b *batcher) next(q *ringstore.Queue, after uint64, now time.Time) []ringstore.Sample {
 	b.buf = q.PeekAfter(after, b.max, b.buf[:0])
+	b.skips = b.skips[:0]
 	if len(b.buf) == 0 {
 		return nil
 	}
-	if b.until.IsZero() && len(b.buf) < b.max {
+	full := len(b.buf) >= b.max
+	for i := 1; i < len(b.buf); i++ {
+		if b.buf[i].Epoch != b.buf[0].Epoch {
+			b.buf, full = b.buf[:i], true
+			break
+		}
+	}
+	if b.until.IsZero() && !full {
 		b.until = now.Add(b.wait)
 	}
-	if len(b.buf) < b.max && now.Before(b.until) {
+	if !full && now.Before(b.until) {
 		return nil
 	}
 	b.until = time.Time{}
+	b.skips = append(b.skips, q.Skips(b.buf[0].Epoch, after, b.buf[len(b.buf)-1].Seq)...)
 	return b.buf
 }
 

@@ -175,7 +175,7 @@ func (p *Pusher) mqttSender(ctx context.Context, l *mqttLink) {
 			now := time.Now()
 			if batch := bt.next(p.q, after, now); batch != nil {
 				last := batch[len(batch)-1].Seq
-				tok := l.c.Publish(topic, m.QoS, false, appendBatchTS(nil, p.gwJSON, batch, p.cfg.TSMillis))
+				tok := l.c.Publish(topic, m.QoS, false, appendBatchTS(nil, p.gwJSON, batch, p.cfg.TSMillis, bt.skips...))
 				inflight = append(inflight, pub{tok: tok, last: last, n: len(batch), sent: now})
 				after = last
 				continue

@@ -164,34 +164,47 @@ func TestReceiverDuplicates(t *testing.T) {
 }
 
 func TestDedupCompaction(t *testing.T) {
-	d := &dedup{above: map[uint64]struct{}{}, max: 3}
+	d := &dedup{max: 3}
 	steps := []struct {
-		seq  uint64
-		new  bool
-		gap  seqRange
-		hwm  uint64
-		held int
+		seq      uint64
+		skipFrom uint64 // > 0: skip(skipFrom, seq) instead of add(seq)
+		new      bool
+		gap      seqRange
+		hwm      uint64
+		held     int
 	}{
-		{100, true, seqRange{}, 100, 0},
-		{101, true, seqRange{}, 101, 0},
-		{101, false, seqRange{}, 101, 0},
-		{105, true, seqRange{102, 104}, 101, 1},
-		{107, true, seqRange{106, 106}, 101, 2},
-		{103, true, seqRange{}, 101, 3},
-		{108, true, seqRange{}, 103, 3}, // over max: the hole 102 is given up, 103 absorbed
-		{102, false, seqRange{}, 103, 3},
-		{104, true, seqRange{}, 105, 2}, // fills a hole: 105 absorbed
-		{110, true, seqRange{109, 109}, 105, 3},
-		{111, true, seqRange{}, 108, 2}, // over max: hole 106 given up, 107, 108 absorbed
-		{110, false, seqRange{}, 108, 2},
+		{seq: 100, new: true, hwm: 100},
+		{seq: 101, new: true, hwm: 101},
+		{seq: 101, hwm: 101},
+		{seq: 105, new: true, gap: seqRange{102, 104}, hwm: 101, held: 1},
+		{seq: 107, new: true, gap: seqRange{106, 106}, hwm: 101, held: 2},
+		{seq: 103, new: true, hwm: 101, held: 3},
+		{seq: 108, new: true, hwm: 101, held: 3}, // joins 107's range
+		{seq: 109, new: true, hwm: 101, held: 3},
+		{seq: 111, new: true, gap: seqRange{110, 110}, hwm: 103, held: 3}, // over max: the hole 102 is given up, 103 absorbed
+		{seq: 102, hwm: 103, held: 3},
+		{seq: 104, new: true, hwm: 105, held: 2}, // fills a hole: 105 absorbed
+		{seq: 106, new: true, hwm: 109, held: 1},
+		{seq: 108, hwm: 109, held: 1},
+		{skipFrom: 112, seq: 200, hwm: 109, held: 1},                          // a restart's skip right after the top: no gap
+		{seq: 201, new: true, hwm: 109, held: 1},                              // the next run's first sample: no gap
+		{seq: 150, hwm: 109, held: 1},                                         // inside the skip: seen
+		{skipFrom: 300, seq: 400, gap: seqRange{202, 299}, hwm: 109, held: 2}, // samples before a skip missing: a gap
+		{seq: 110, new: true, hwm: 201, held: 1},
 	}
 	for i, s := range steps {
-		isNew, gap := d.add(s.seq)
+		var isNew bool
+		var gap seqRange
+		if s.skipFrom > 0 {
+			gap = d.skip(s.skipFrom, s.seq)
+		} else {
+			isNew, gap = d.add(s.seq)
+		}
 		if isNew != s.new || gap != s.gap {
 			t.Fatalf("step %d (seq %d): new %v gap %v, want %v %v", i, s.seq, isNew, gap, s.new, s.gap)
 		}
-		if d.hwm != s.hwm || len(d.above) != s.held {
-			t.Fatalf("step %d: hwm %d held %d, want %d %d", i, d.hwm, len(d.above), s.hwm, s.held)
+		if d.HWM != s.hwm || len(d.Above) != s.held {
+			t.Fatalf("step %d: hwm %d held %v, want %d %d", i, d.HWM, d.Above, s.hwm, s.held)
 		}
 	}
 }
@@ -575,5 +588,64 @@ func TestWebSocketNoAckResends(t *testing.T) {
 	// each connection sends the window (4 batches of 5: 20 samples) in order
 	if len(firsts) < 8 || firsts[0] != first || firsts[1] != first+5 || firsts[3] != first+15 {
 		t.Fatalf("batches started at %v", firsts)
+	}
+}
+
+// A batch never mixes epochs and carries the restart skips it crosses; the
+// receiver takes a skip as seen (no gap), a new epoch as no gap, and its
+// state file carries the dedup across its own restart.
+func TestEpochBatchesAndReceiverState(t *testing.T) {
+	q, _ := ringstore.OpenQueue(ringstore.QueueConfig{})
+	const e1, e2 = 0x1111222233334444, 0x5555666677778888
+	mk := func(epoch, first uint64, n int) []ringstore.Sample {
+		b := make([]ringstore.Sample, n)
+		for i := range b {
+			b[i] = ringstore.Sample{Seq: first + uint64(i), Epoch: epoch, Device: "d", Tag: fmt.Sprint("t", i), Value: 1, TS: 1}
+		}
+		return b
+	}
+	q.Append(mk(e1, 1, 3))
+	q.Resume(e1, 1000, true) // a restart: 4..999 never used
+	q.Append(mk(e1, 1000, 3))
+	q.Append(mk(e2, 1003, 2)) // a new epoch (the disk failed at the block's end)
+	bt := batcher{max: 100}
+	now := time.Now()
+	b := bt.next(q, 0, now)
+	if len(b) != 6 || b[5].Seq != 1002 {
+		t.Fatalf("first batch %v: want seqs 1..3, 1000..1002 (one epoch, due at once)", b)
+	}
+	if len(bt.skips) != 1 || bt.skips[0].First != 4 || bt.skips[0].Last != 999 {
+		t.Fatalf("skips %v", bt.skips)
+	}
+	f1 := appendBatch(nil, []byte(`"gw"`), b, bt.skips...)
+	if !strings.Contains(string(f1), `"v":2,"gateway":"gw","epoch":"1111222233334444","first":1,"last":1002,"skip":[[4,999]],`) {
+		t.Fatalf("frame %s", f1)
+	}
+	f2 := appendBatch(nil, []byte(`"gw"`), bt.next(q, 1002, now), bt.skips...)
+
+	dir := t.TempDir()
+	var out syncBuffer
+	r := NewReceiver(ReceiverConfig{Out: &out, StateDir: dir})
+	for _, f := range [][]byte{f1, f1, f2} {
+		if _, err := r.Ingest(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := r.Stats(); st.Samples != 8 || st.Duplicates != 6 || st.Gaps != 0 || st.Epochs != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	if !strings.Contains(out.b.String(), `{"gateway":"gw","epoch":"5555666677778888","seq":1003,`) {
+		t.Fatalf("output %s", out.b.String())
+	}
+	// A new receiver on the same state: everything is a duplicate, and a
+	// late batch of the older epoch too.
+	r2 := NewReceiver(ReceiverConfig{Out: &out, StateDir: dir})
+	for _, f := range [][]byte{f2, f1} {
+		if _, err := r2.Ingest(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := r2.Stats(); st.Samples != 0 || st.Duplicates != 8 || st.Gaps != 0 {
+		t.Fatalf("after restart: stats %+v", st)
 	}
 }

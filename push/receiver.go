@@ -11,7 +11,11 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -26,9 +30,14 @@ type ReceiverConfig struct {
 	Token  string    // bearer token gateways must send; "" = no check
 	Out    io.Writer // one JSON line per new sample; nil = discard
 	Logger *slog.Logger
-	// MaxPending bounds the out-of-order seqs remembered per gateway before
-	// the oldest hole is declared a gap (4096).
+	// MaxPending bounds the seq ranges remembered above the high-water
+	// mark of a (gateway, epoch) before the oldest hole is given up (4096).
 	MaxPending int
+	// StateDir keeps each gateway's dedup state (file <gateway>.json:
+	// epochs, high-water mark, ranges above it), saved after every batch
+	// that wrote samples, before its ack, so a restart of the receiver
+	// neither writes duplicates nor loses anything. "" = memory only.
+	StateDir string
 	// MaxBatch is the most samples one batch may hold (DefaultMaxBatch); a
 	// bigger one is a bad frame, counted before anything is decoded.
 	MaxBatch int
@@ -41,7 +50,8 @@ type ReceiverStats struct {
 	Connections, Refused uint64 // WebSocket connections accepted; handshakes refused (401)
 	Batches, Samples     uint64 // batches acked; new samples written
 	Duplicates           uint64 // samples received again and not written
-	Gaps, GapSamples     uint64 // holes seen in a gateway's seq, and their size
+	Gaps, GapSamples     uint64 // holes seen in a gateway's seq (within one epoch), and their size
+	Epochs               uint64 // (gateway, epoch) pairs seen for the first time
 	BadFrames            uint64
 	Gateways             int
 	WriteAnswers         uint64 // answers to Receiver.Write received
@@ -50,9 +60,14 @@ type ReceiverStats struct {
 
 // Receiver is the reference upstream receiver: it accepts gateways over
 // WebSocket at /ingest, acks every batch after writing it, dedups by
-// (gateway, seq) and writes each new sample as a JSON line:
+// (gateway, epoch, seq) and writes each new sample as a JSON line:
 //
-//	{"gateway":"gw-01","seq":42,"device":"logger-01","tag":"temperature","value":21.5,"quality":"good","ts":1764450000123456}
+//	{"gateway":"gw-01","epoch":"9f3c04e1a2b3c4d5","seq":42,"device":"logger-01","tag":"temperature","value":21.5,"quality":"good","ts":1764450000123456}
+//
+// A gap (a hole in the seqs) is reported only inside one epoch, and not
+// where the frame says the numbers were skipped; a new epoch is logged at
+// INFO with the old and the new id. Version 1 frames (no epoch) are the
+// epoch "" (no epoch in the line).
 //
 // Ingest takes a batch frame from elsewhere (an MQTT subscriber of
 // <prefix>/batch) with the same dedup and output.
@@ -62,7 +77,7 @@ type Receiver struct {
 	up  websocket.Upgrader
 
 	mu    sync.Mutex // dedup state, Out, listener
-	gws   map[string]*dedup
+	gws   map[string]*gwState
 	ln    net.Listener
 	conns map[*websocket.Conn]struct{}
 	line  []byte
@@ -71,8 +86,8 @@ type Receiver struct {
 	sessions map[string]*rconn // gateway id -> its latest connection
 	nextID   atomic.Uint64
 
-	connections, refused, batches, samples, dups, gaps, gapSamples, bad atomic.Uint64
-	answers, unknownAnswers                                             atomic.Uint64
+	connections, refused, batches, samples, dups, gaps, gapSamples, bad, epochs atomic.Uint64
+	answers, unknownAnswers                                                     atomic.Uint64
 }
 
 // rconn is one gateway connection of the receiver.
@@ -105,7 +120,7 @@ func NewReceiver(cfg ReceiverConfig) *Receiver {
 	if cfg.MaxFrame <= 0 {
 		cfg.MaxFrame = 4 << 20
 	}
-	return &Receiver{cfg: cfg, log: cfg.Logger, gws: make(map[string]*dedup), conns: make(map[*websocket.Conn]struct{}),
+	return &Receiver{cfg: cfg, log: cfg.Logger, gws: make(map[string]*gwState), conns: make(map[*websocket.Conn]struct{}),
 		sessions: make(map[string]*rconn),
 		up:       websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 4 << 10}}
 }
@@ -381,25 +396,131 @@ func (r *Receiver) Ingest(frame []byte) (last uint64, err error) {
 	return r.ingestBatch(f)
 }
 
+// maxEpochs is how many epochs of one gateway the receiver remembers: the
+// current one and a few before it, for late copies (MQTT redeliveries).
+const maxEpochs = 4
+
+// gwState is the dedup state of one gateway: a record per recent epoch.
+// It is what the state file holds (JSON).
+type gwState struct {
+	Gateway string   `json:"gateway"`
+	Current string   `json:"current"` // the newest epoch seen
+	Epochs  []*dedup `json:"epochs"`  // most recently used last
+}
+
+func (g *gwState) epoch(e string) *dedup {
+	for i, d := range g.Epochs {
+		if d.Epoch == e {
+			copy(g.Epochs[i:], g.Epochs[i+1:])
+			g.Epochs[len(g.Epochs)-1] = d
+			return d
+		}
+	}
+	return nil
+}
+
+func (g *gwState) clone() *gwState {
+	c := &gwState{Gateway: g.Gateway, Current: g.Current, Epochs: make([]*dedup, len(g.Epochs))}
+	for i, d := range g.Epochs {
+		dd := *d
+		dd.Above = slices.Clone(d.Above)
+		c.Epochs[i] = &dd
+	}
+	return c
+}
+
+// state returns the gateway's dedup state, loaded from its file the first
+// time when StateDir is set. r.mu held.
+func (r *Receiver) state(gateway string) *gwState {
+	if g := r.gws[gateway]; g != nil {
+		return g
+	}
+	g := &gwState{Gateway: gateway}
+	if r.cfg.StateDir != "" {
+		path := r.statePath(gateway)
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil:
+			var l gwState
+			if err := json.Unmarshal(b, &l); err != nil || l.Gateway != gateway {
+				r.log.Error("push: receiver: dedup state unreadable; starting afresh (duplicates possible)", "file", path, "err", err)
+			} else {
+				g = &l
+				r.log.Info("push: receiver: dedup state loaded", "gateway", gateway, "epoch", g.Current, "file", path)
+			}
+		case !os.IsNotExist(err):
+			r.log.Error("push: receiver: dedup state unreadable; starting afresh (duplicates possible)", "file", path, "err", err)
+		}
+	}
+	for _, d := range g.Epochs {
+		d.max = r.cfg.MaxPending
+	}
+	r.gws[gateway] = g
+	return g
+}
+
+// statePath is <StateDir>/<gateway, path-escaped>.json.
+func (r *Receiver) statePath(gateway string) string {
+	return filepath.Join(r.cfg.StateDir, url.PathEscape(gateway)+".json")
+}
+
+// saveState replaces the gateway's state file (temporary file, rename).
+func (r *Receiver) saveState(g *gwState) error {
+	b, err := json.Marshal(g)
+	if err != nil {
+		return err
+	}
+	path := r.statePath(g.Gateway)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o640); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
 func (r *Receiver) ingestBatch(f *batchFrame) (last uint64, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d := r.gws[f.Gateway]
+	g := r.state(f.Gateway)
+	saved := g.clone() // restored if the samples cannot be written: nothing acked, nothing marked seen
+	d := g.epoch(f.Epoch)
 	if d == nil {
-		d = &dedup{above: make(map[uint64]struct{}), max: r.cfg.MaxPending}
-		r.gws[f.Gateway] = d
+		d = &dedup{Epoch: f.Epoch, max: r.cfg.MaxPending}
+		g.Epochs = append(g.Epochs, d)
+		if len(g.Epochs) > maxEpochs {
+			g.Epochs = slices.Delete(g.Epochs, 0, len(g.Epochs)-maxEpochs)
+		}
+		r.epochs.Add(1)
+		if g.Current != f.Epoch {
+			r.log.Info("push: receiver: new epoch", "gateway", f.Gateway, "old_epoch", g.Current, "new_epoch", f.Epoch, "first", f.First)
+		}
+		g.Current = f.Epoch
 	}
 	gw, _ := json.Marshal(f.Gateway)
+	var epoch []byte
+	if f.Epoch != "" {
+		epoch = append(append([]byte(`,"epoch":"`), f.Epoch...), '"')
+	}
 	r.line = r.line[:0]
-	var fresh, dup uint64
+	var fresh, dup, gaps, gapSamples uint64
+	gapped := func(gap seqRange) {
+		if gap.Last == 0 {
+			return
+		}
+		gaps++
+		gapSamples += gap.Last - gap.First + 1
+		r.log.Warn("push: receiver: gap in sequence", "gateway", f.Gateway, "epoch", f.Epoch, "first", gap.First, "last", gap.Last, "missing", gap.Last-gap.First+1)
+	}
+	si := 0
 	for i := range f.Samples {
 		s := &f.Samples[i]
-		isNew, gap := d.add(s.Seq)
-		if gap.Last != 0 {
-			r.gaps.Add(1)
-			r.gapSamples.Add(gap.Last - gap.First + 1)
-			r.log.Warn("push: receiver: gap in sequence", "gateway", f.Gateway, "first", gap.First, "last", gap.Last, "missing", gap.Last-gap.First+1)
+		for si < len(f.Skip) && f.Skip[si][1] < s.Seq { // a skip is applied where it lies
+			gapped(d.skip(f.Skip[si][0], f.Skip[si][1]))
+			si++
 		}
+		isNew, gap := d.add(s.Seq)
+		gapped(gap)
 		if !isNew {
 			dup++
 			continue
@@ -407,6 +528,7 @@ func (r *Receiver) ingestBatch(f *batchFrame) (last uint64, err error) {
 		fresh++
 		r.line = append(r.line, `{"gateway":`...)
 		r.line = append(r.line, gw...)
+		r.line = append(r.line, epoch...)
 		r.line = append(r.line, ',')
 		j := len(r.line)
 		r.line = s.AppendJSON(r.line)
@@ -415,12 +537,21 @@ func (r *Receiver) ingestBatch(f *batchFrame) (last uint64, err error) {
 	}
 	if len(r.line) > 0 {
 		if _, err := r.cfg.Out.Write(r.line); err != nil {
+			r.gws[f.Gateway] = saved
 			return 0, fmt.Errorf("push: receiver: write: %w", err) // not acked: the gateway resends
+		}
+	}
+	if r.cfg.StateDir != "" && fresh > 0 {
+		if err := r.saveState(g); err != nil {
+			// The samples are written; not acking would write them again.
+			r.log.Error("push: receiver: dedup state not saved (a restart may write duplicates)", "gateway", f.Gateway, "err", err)
 		}
 	}
 	r.batches.Add(1)
 	r.samples.Add(fresh)
 	r.dups.Add(dup)
+	r.gaps.Add(gaps)
+	r.gapSamples.Add(gapSamples)
 	return f.Last, nil
 }
 
@@ -433,62 +564,112 @@ func (r *Receiver) Stats() ReceiverStats {
 		Connections: r.connections.Load(), Refused: r.refused.Load(),
 		Batches: r.batches.Load(), Samples: r.samples.Load(), Duplicates: r.dups.Load(),
 		Gaps: r.gaps.Load(), GapSamples: r.gapSamples.Load(), BadFrames: r.bad.Load(), Gateways: n,
+		Epochs:       r.epochs.Load(),
 		WriteAnswers: r.answers.Load(), UnknownAnswers: r.unknownAnswers.Load(),
 	}
 }
 
 type seqRange struct{ First, Last uint64 }
 
-// dedup is one gateway's record of seqs seen: everything <= hwm, plus the
-// set of seqs above it (out of order, or after a hole). When the set grows
-// beyond max, the oldest hole is given up: hwm jumps over it.
+// MarshalJSON writes [first,last].
+func (s seqRange) MarshalJSON() ([]byte, error) {
+	return fmt.Appendf(nil, "[%d,%d]", s.First, s.Last), nil
+}
+
+// UnmarshalJSON reads [first,last].
+func (s *seqRange) UnmarshalJSON(b []byte) error {
+	var a [2]uint64
+	if err := json.Unmarshal(b, &a); err != nil {
+		return err
+	}
+	s.First, s.Last = a[0], a[1]
+	return nil
+}
+
+// dedup is the record of the seqs of one (gateway, epoch) seen: everything
+// <= HWM, plus ranges above it (out of order, or after a hole). When the
+// ranges grow beyond max, the oldest hole is given up: HWM jumps over it.
+// Skipped ranges (never given to a sample) count as seen.
 type dedup struct {
-	started bool
-	hwm     uint64 // every seq <= hwm has been seen (or given up)
-	top     uint64 // highest seq seen
-	above   map[uint64]struct{}
+	Epoch   string     `json:"epoch"`
+	Started bool       `json:"started"`
+	HWM     uint64     `json:"hwm"`   // every seq <= HWM has been seen (or given up)
+	Top     uint64     `json:"top"`   // highest seq seen
+	Above   []seqRange `json:"above"` // sorted, disjoint, not adjacent, all above HWM+1
 	max     int
 }
 
 // add records seq and reports whether it is new, and the hole it opens
 // above the highest seq seen so far (zero range if none).
 func (d *dedup) add(seq uint64) (isNew bool, gap seqRange) {
-	if !d.started { // the first seq (0 included: no seq-1 underflow)
-		d.started, d.hwm, d.top = true, seq, seq
+	if !d.Started { // the first seq (0 included: no seq-1 underflow)
+		d.Started, d.HWM, d.Top = true, seq, seq
 		return true, gap
 	}
-	if seq <= d.hwm {
+	if d.seen(seq) {
 		return false, gap
 	}
-	if _, ok := d.above[seq]; ok {
-		return false, gap
+	return true, d.insert(seq, seq)
+}
+
+// skip records [a,b] as numbers never given to a sample, and reports the
+// hole it opens above the highest seq seen so far (a real gap: samples
+// before the skip that never came).
+func (d *dedup) skip(a, b uint64) (gap seqRange) {
+	if !d.Started {
+		d.Started, d.HWM, d.Top = true, b, b
+		return gap
 	}
-	if seq > d.top+1 {
-		gap = seqRange{d.top + 1, seq - 1}
+	a = max(a, d.HWM+1)
+	if a > b {
+		return gap
 	}
-	d.top = max(d.top, seq)
-	if seq != d.hwm+1 {
-		d.above[seq] = struct{}{}
-		if len(d.above) <= d.max {
-			return true, gap
-		}
-		low := seq
-		for s := range d.above {
-			low = min(low, s)
-		}
-		d.hwm = low - 1 // give up the hole below the lowest pending seq
+	return d.insert(a, b)
+}
+
+func (d *dedup) seen(seq uint64) bool {
+	if seq <= d.HWM {
+		return true
 	}
-	for {
-		if _, ok := d.above[d.hwm+1]; ok {
-			delete(d.above, d.hwm+1)
-			d.hwm++
-			continue
+	i, _ := slices.BinarySearchFunc(d.Above, seq, func(r seqRange, s uint64) int {
+		switch {
+		case r.Last < s:
+			return -1
+		case r.First > s:
+			return 1
 		}
-		if d.hwm+1 == seq {
-			d.hwm = seq
-			continue
-		}
-		break
+		return 0
+	})
+	return i < len(d.Above) && d.Above[i].First <= seq && seq <= d.Above[i].Last
+}
+
+// insert adds [a,b] (a > HWM) to the seen ranges.
+func (d *dedup) insert(a, b uint64) (gap seqRange) {
+	if a > d.Top+1 {
+		gap = seqRange{d.Top + 1, a - 1}
 	}
-	return true, gap
+	d.Top = max(d.Top, b)
+	// the first range that ends at or after a-1 (touching or overlapping)
+	i := sort.Search(len(d.Above), func(i int) bool { return d.Above[i].Last+1 >= a })
+	j := i
+	for j < len(d.Above) && d.Above[j].First <= b+1 {
+		a, b = min(a, d.Above[j].First), max(b, d.Above[j].Last)
+		j++
+	}
+	d.Above = slices.Replace(d.Above, i, j, seqRange{a, b})
+	d.absorb()
+	for d.max > 0 && len(d.Above) > d.max {
+		d.HWM = d.Above[0].Last // give up the hole below the lowest range
+		d.Above = slices.Delete(d.Above, 0, 1)
+		d.absorb()
+	}
+	return gap
+}
+
+// absorb moves the ranges that touch HWM into it.
+func (d *dedup) absorb() {
+	for len(d.Above) > 0 && d.Above[0].First <= d.HWM+1 {
+		d.HWM = max(d.HWM, d.Above[0].Last)
+		d.Above = slices.Delete(d.Above, 0, 1)
+	}
 }

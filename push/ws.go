@@ -298,7 +298,7 @@ func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLas
 			now := time.Now()
 			if batch := bt.next(p.q, after, now); batch != nil {
 				last := batch[len(batch)-1].Seq
-				frame = appendBatchTS(frame[:0], p.gwJSON, batch, p.cfg.TSMillis)
+				frame = appendBatchTS(frame[:0], p.gwJSON, batch, p.cfg.TSMillis, bt.skips...)
 				sentLast.Store(last)
 				_ = conn.SetWriteDeadline(now.Add(wsWriteTimeout))
 				if err := conn.WriteMessage(websocket.TextMessage, frame); err != nil {

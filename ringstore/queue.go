@@ -2,6 +2,7 @@ package ringstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,8 @@ const (
 	maxRecordSamples       = 256  // samples per record
 	maxDropRanges          = 1024 // DroppedRanges kept (the counter is exact regardless)
 	ackFile                = "queue.ack"
+	skipFile               = "queue.skips"
+	maxSkips               = 64 // skips kept (the oldest go first; each is a restart)
 	segSuffix              = ".seg"
 )
 
@@ -40,7 +43,7 @@ type QueueConfig struct {
 	MaxBytes      int64         // bound; beyond it the oldest samples are dropped and counted (64 MiB)
 	Fsync         string        // FsyncBatched (default), FsyncAlways or FsyncNever
 	FsyncInterval time.Duration // for FsyncBatched, and how often the ack mark is saved (1s)
-	SegmentBytes  int64         // segment file size (MaxBytes/16 within [64 KiB, 8 MiB])
+	SegmentBytes  int64         // segment file size (MaxBytes/16 within [1 KiB, 8 MiB])
 	MaxPending    int           // hand-off buffer between Append and the writer, in samples (65536)
 	Logger        *slog.Logger
 }
@@ -55,10 +58,19 @@ type QueueStats struct {
 	OldestTS      int64      // TS of the oldest unacknowledged sample, 0 if none
 	Acked         uint64     // everything <= Acked is acknowledged (or dropped)
 	Unwritten     int64      // samples in the hand-off buffer, not yet written to disk
-	Dropped       uint64     // samples dropped (bound exceeded, hand-off full, unreadable segment)
+	Dropped       uint64     // samples dropped (bound exceeded, hand-off full, not writable at shutdown)
+	Corrupt       uint64     // records skipped because their checksum failed (logged with file and offset)
 	DroppedRanges []SeqRange // where the drops were (first 1024 ranges)
 	Recovered     int64      // bytes cut from torn or corrupt segment tails at open
 	Segments      int        // segment files
+}
+
+// Skip is a range of sequence numbers of one epoch that were never given to
+// a sample: what a restart skipped of the block the previous run had
+// reserved. Receivers treat it as seen, not as a gap.
+type Skip struct {
+	Epoch       uint64
+	First, Last uint64
 }
 
 type run struct{ first, last uint64 }
@@ -115,12 +127,17 @@ func (s *segment) add(first, last uint64) {
 // records (layout in queue_codec.go: length + CRC-32C + compact samples,
 // about 17-20 bytes per sample), written by Run's goroutine only; and
 // "queue.ack", the decimal seq up to which everything is acknowledged,
-// replaced by rename. Open scans every segment: a partial or corrupt record
-// ends that segment — the file is cut there, logged and counted in
-// Recovered; it is never fatal. Segments holding only acknowledged samples
-// are deleted. Beyond MaxBytes the oldest segment is deleted and its
-// unacknowledged samples counted as dropped (segments are MaxBytes/16, so a
-// drop costs at most 1/16 of the bound).
+// replaced by rename. Open scans every segment: a record whose checksum
+// fails is skipped, counted in Corrupt and logged with file and offset; a
+// partial last record (or a length that cannot be right) ends that segment —
+// the file is cut there, logged and counted in Recovered; it is never fatal.
+// A read or open error while sending (EIO, EMFILE) is retried with backoff
+// and never deletes or skips anything. Segments holding only acknowledged
+// (or dropped) samples are deleted, and only they. Beyond MaxBytes of
+// unacknowledged samples the oldest whole samples beyond the bound are
+// dropped, each counted and located (DroppedRanges); segments are
+// MaxBytes/16 (at least 1 KiB), so a small bound with a healthy uplink
+// drops nothing.
 //
 // Crash semantics: Append writes each batch into the page cache before it
 // returns, so a SIGKILL loses nothing that was appended; a power loss keeps
@@ -128,7 +145,7 @@ func (s *segment) add(first, last uint64) {
 // at risk). The ack mark is saved
 // at most every FsyncInterval (each write with FsyncAlways) and at Close, so
 // after a crash a few already-acknowledged samples may be sent again —
-// receivers dedup by (gateway, seq) — but an unacknowledged sample is never
+// receivers dedup by (gateway, epoch, seq) — but an unacknowledged sample is never
 // skipped.
 //
 // Memory and latency: Append runs under the ring's lock, so it does one
@@ -169,10 +186,12 @@ type Queue struct {
 	dropped   uint64
 	ranges    []SeqRange
 	recovered int64
+	corrupt   uint64
 	wake      chan struct{}
 	closed    bool
 	oldestFor uint64 // head for which oldestTS is valid (+1; 0 = invalid)
 	oldestTS  int64
+	skips     []Skip // numbers never given to a sample (restarts), oldest first
 
 	wmu          sync.Mutex // the writer: active file, sync and ack-mark state
 	wf           *os.File
@@ -185,10 +204,18 @@ type Queue struct {
 	lastAckWrite time.Time
 	errLogged    time.Time
 
-	rmu   sync.Mutex // the disk reader's cursor
-	rcur  cursor
-	rbuf  []byte
-	names map[string]string // interned device and tag names
+	rmu       sync.Mutex // the disk reader's cursor and retry state
+	rcur      cursor
+	rbuf      []byte
+	names     map[string]string   // interned device and tag names
+	badRecs   map[cursor]struct{} // corrupt records counted (path, offset)
+	readErr   error               // the last transient read error, nil after a good read
+	readRetry time.Time           // no disk read before this (backoff after a read error)
+	readWait  time.Duration       // current backoff
+	readLog   time.Time           // last read error logged
+
+	// open opens a segment for reading: os.Open, or a test's fault.
+	open func(path string) (*os.File, error)
 }
 
 type cursor struct {
@@ -221,9 +248,10 @@ func OpenQueue(cfg QueueConfig) (*Queue, error) {
 	}
 	seg := cfg.SegmentBytes
 	if seg <= 0 {
-		seg = min(max(cfg.MaxBytes/16, 64<<10), 8<<20)
+		seg = min(max(cfg.MaxBytes/16, 1<<10), 8<<20)
 	}
-	q := &Queue{cfg: cfg, log: cfg.Logger, segSize: seg, kick: make(chan struct{}, 1), wake: make(chan struct{}), names: make(map[string]string)}
+	q := &Queue{cfg: cfg, log: cfg.Logger, segSize: seg, kick: make(chan struct{}, 1), wake: make(chan struct{}),
+		names: make(map[string]string), badRecs: make(map[cursor]struct{}), open: os.Open}
 	if cfg.Dir == "" {
 		return q, nil
 	}
@@ -254,6 +282,7 @@ func (q *Queue) recover() error {
 		}
 	}
 	q.ackSaved = q.head
+	q.skips = readSkips(filepath.Join(dir, skipFile), q.log)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("ringstore: queue: %w", err)
@@ -290,8 +319,11 @@ func (q *Queue) recover() error {
 	return nil
 }
 
-// scanSegment reads every record of a segment file, cutting it at the first
-// incomplete or corrupt one.
+// scanSegment reads every record of a segment file. A record whose
+// checksum fails (with a length that fits the file) is skipped, counted in
+// Corrupt and logged with the file and offset; the records after it are
+// kept. Only an incomplete record, or a length that cannot be right, ends
+// the segment: the file is cut there (a torn tail; counted in Recovered).
 func (q *Queue) scanSegment(path string, first uint64) (*segment, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -301,6 +333,14 @@ func (q *Queue) scanSegment(path string, first uint64) (*segment, error) {
 	off := 0
 	for off < len(b) {
 		size, f, n, err := recordSpan(b[off:])
+		if errors.Is(err, errChecksum) {
+			l := int(binary.LittleEndian.Uint32(b[off:]) &^ lenEpoch)
+			q.corrupt++
+			q.badRecs[cursor{path: path, off: int64(off)}] = struct{}{}
+			q.log.Error("ringstore: queue: corrupt record skipped (checksum)", "file", path, "offset", off, "bytes", recordHeader+l, "after_seq", s.last())
+			off += recordHeader + l
+			continue
+		}
 		if err == nil && len(s.runs) > 0 && f <= s.last() {
 			err = fmt.Errorf("record seq %d not after %d", f, s.last())
 		}
@@ -482,8 +522,12 @@ func (q *Queue) PeekAfter(after uint64, max int, dst []Sample) []Sample {
 		diskOnly := q.diskOnly
 		q.mu.Unlock()
 
-		dst = q.peekDisk(segs, after, diskOnly, max, dst)
+		var failed bool
+		dst, failed = q.peekDisk(segs, after, diskOnly, max, dst)
 		got := len(dst) - start
+		if failed && got == 0 {
+			return dst // retried after a backoff: nothing is skipped or deleted
+		}
 		if got > 0 {
 			last := dst[len(dst)-1].Seq
 			if got < max && last >= diskOnly {
@@ -520,9 +564,16 @@ func (q *Queue) peekMem(after uint64, max int, dst []Sample) []Sample {
 
 // peekDisk reads samples > after (and <= upto, beyond which memory serves)
 // from the segment copies, using the cursor to avoid rescanning a segment.
-func (q *Queue) peekDisk(segs []segment, after, upto uint64, max int, dst []Sample) []Sample {
+// An open or read error (EIO, EMFILE, ...) ends the read with what was read
+// so far (failed set) and backs off before the next disk read: the segment
+// is kept, nothing is skipped. A record whose checksum fails is skipped,
+// counted once in Corrupt and logged with the file and offset.
+func (q *Queue) peekDisk(segs []segment, after, upto uint64, max int, dst []Sample) (_ []Sample, failed bool) {
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
+	if time.Now().Before(q.readRetry) {
+		return dst, true
+	}
 	got := 0
 	for _, s := range segs {
 		if got >= max {
@@ -532,29 +583,35 @@ func (q *Queue) peekDisk(segs []segment, after, upto uint64, max int, dst []Samp
 		if q.rcur.path == s.path && q.rcur.seq <= after+1 && q.rcur.off < s.size {
 			off = q.rcur.off
 		}
-		f, err := os.Open(s.path)
+		f, err := q.open(s.path)
 		if err != nil {
 			if os.IsNotExist(err) {
 				continue // acked or dropped meanwhile
 			}
 			q.readFailed(s.path, err)
-			return dst
+			return dst, true
 		}
 		for off < s.size && got < max {
 			rec, err := q.readRecord(f, off, s.size)
+			if errors.Is(err, errChecksum) {
+				q.corruptRecord(s.path, off)
+				off += int64(recordHeader + int(binary.LittleEndian.Uint32(rec)&^lenEpoch))
+				continue
+			}
 			if err != nil {
 				q.readFailed(s.path, err)
 				f.Close()
-				return dst
+				return dst, true
 			}
 			size, first, n, _ := recordSpan(rec)
 			if first+uint64(n)-1 > after {
 				before := len(dst)
 				dst, err = decodeRecord(rec, after, max-got, dst, q.names)
-				if err != nil {
-					q.readFailed(s.path, err)
-					f.Close()
-					return dst
+				if err != nil { // the checksum held: a bug, not the disk
+					dst = dst[:before]
+					q.corruptRecord(s.path, off)
+					off += int64(size)
+					continue
 				}
 				got += len(dst) - before
 				q.rcur = cursor{path: s.path, off: off, seq: first}
@@ -569,10 +626,16 @@ func (q *Queue) peekDisk(segs []segment, after, upto uint64, max int, dst []Samp
 			break
 		}
 	}
-	return dst
+	if q.readErr != nil {
+		q.log.Info("ringstore: queue: reading the queue again", "dir", q.cfg.Dir, "after", q.readErr)
+		q.readErr, q.readWait = nil, 0
+	}
+	return dst, false
 }
 
 // readRecord returns the checked record at off (valid until the next call).
+// A checksum failure returns errChecksum with the record's header in the
+// returned bytes (its length says where the next record starts).
 func (q *Queue) readRecord(f *os.File, off, size int64) ([]byte, error) {
 	if cap(q.rbuf) < recordHeader {
 		q.rbuf = make([]byte, 64<<10)
@@ -581,7 +644,7 @@ func (q *Queue) readRecord(f *os.File, off, size int64) ([]byte, error) {
 	if _, err := f.ReadAt(h, off); err != nil {
 		return nil, err
 	}
-	l := int64(h[0]) | int64(h[1])<<8 | int64(h[2])<<16 | int64(h[3])<<24
+	l := int64(h[0]) | int64(h[1])<<8 | int64(h[2])<<16 | int64(h[3]&0x7f)<<24
 	if l == 0 || l > maxRecord || off+recordHeader+l > size {
 		return nil, fmt.Errorf("bad record length %d at offset %d", l, off)
 	}
@@ -594,50 +657,100 @@ func (q *Queue) readRecord(f *os.File, off, size int64) ([]byte, error) {
 		return nil, err
 	}
 	if _, _, _, err := recordSpan(b); err != nil {
+		if errors.Is(err, errChecksum) {
+			return b, errChecksum
+		}
 		return nil, fmt.Errorf("offset %d: %w", off, err)
 	}
 	return b, nil
 }
 
-// readFailed drops the unreadable segment (counted) so that the queue moves on.
+// readFailed backs the reader off (100 ms doubling to 30 s) after an open
+// or read error. The segment stays: the error may be transient (EIO,
+// EMFILE); a segment is deleted only when acknowledged or dropped at the
+// bound. Logged at the first error and then at most once a minute.
 func (q *Queue) readFailed(path string, err error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for i, s := range q.segs {
-		if s.path != path || (i == len(q.segs)-1 && q.wseg == s) {
-			continue
-		}
-		n := s.countAbove(q.head)
-		q.log.Error("ringstore: queue: unreadable segment dropped", "file", path, "err", err, "samples", n)
-		q.dropSegmentLocked(i)
-		_ = os.Remove(path)
-		return
+	q.readWait = min(max(2*q.readWait, 100*time.Millisecond), 30*time.Second)
+	q.readRetry = time.Now().Add(q.readWait)
+	if q.readErr == nil || time.Since(q.readLog) >= time.Minute {
+		q.log.Error("ringstore: queue: read failed; retrying (nothing deleted)", "file", path, "err", err, "retry_in", q.readWait)
+		q.readLog = time.Now()
 	}
-	q.log.Error("ringstore: queue: read failed", "file", path, "err", err)
+	q.readErr = err
 }
 
-// dropSegmentLocked removes segs[i] from the queue, counting its
-// unacknowledged samples as dropped.
-func (q *Queue) dropSegmentLocked(i int) {
-	s := q.segs[i]
-	for _, r := range s.runs {
-		if r.last > q.head {
-			f := maxU(r.first, q.head+1)
-			q.addDrop(f, r.last, r.last-f+1)
+// corruptRecord counts a checksum-failed record once and logs it.
+func (q *Queue) corruptRecord(path string, off int64) {
+	k := cursor{path: path, off: off}
+	if _, ok := q.badRecs[k]; ok {
+		return
+	}
+	if len(q.badRecs) > 4096 {
+		clear(q.badRecs)
+	}
+	q.badRecs[k] = struct{}{}
+	q.mu.Lock()
+	q.corrupt++
+	q.mu.Unlock()
+	q.log.Error("ringstore: queue: corrupt record skipped (checksum)", "file", path, "offset", off)
+}
+
+// keepBoundLocked drops the oldest unacknowledged samples while what is
+// unacknowledged on disk (each segment's bytes prorated to its
+// unacknowledged samples, as Stats.Bytes) is above MaxBytes: whole samples,
+// the oldest first, no more than the excess at the segment's bytes per
+// sample, each counted and located. Dropped samples count as acknowledged;
+// their segment files go with the acknowledged ones.
+func (q *Queue) keepBoundLocked() {
+	var total int64
+	for _, s := range q.segs {
+		if c := s.count(); c > 0 {
+			total += s.size * s.countAbove(q.head) / c
 		}
 	}
-	q.head = maxU(q.head, s.last())
-	q.segs = append(q.segs[:i], q.segs[i+1:]...)
+	excess := total - q.cfg.MaxBytes
+	if excess <= 0 {
+		return
+	}
+	var n uint64
+	first := q.head + 1
+	for _, s := range q.segs {
+		if excess <= 0 {
+			break
+		}
+		c := s.count()
+		if c == 0 || s.countAbove(q.head) == 0 {
+			continue
+		}
+		per := max(s.size/c, 1)
+		k := uint64((excess + per - 1) / per)
+		for _, r := range s.runs {
+			if k == 0 {
+				break
+			}
+			if r.last <= q.head {
+				continue
+			}
+			f := maxU(r.first, q.head+1)
+			m := min(k, r.last-f+1)
+			q.addDrop(f, f+m-1, m)
+			q.head = f + m - 1
+			k -= m
+			n += m
+			excess -= int64(m) * per
+		}
+	}
 	for q.written > 0 && q.mem[q.memOff].Seq <= q.head {
 		q.popFront()
 		q.written--
 	}
+	q.log.Warn("ringstore: queue: full, dropped the oldest samples", "samples", n, "first", first, "last", q.head, "max_bytes", q.cfg.MaxBytes, "dropped_total", q.dropped)
 }
 
 // Stats returns the queue's counters.
 func (q *Queue) Stats() QueueStats {
 	q.mu.Lock()
-	st := QueueStats{Acked: q.head, Dropped: q.dropped, Recovered: q.recovered, Segments: len(q.segs)}
+	st := QueueStats{Acked: q.head, Dropped: q.dropped, Corrupt: q.corrupt, Recovered: q.recovered, Segments: len(q.segs)}
 	st.DroppedRanges = append([]SeqRange(nil), q.ranges...)
 	unwritten := q.mem[q.memOff+q.written:]
 	if q.cfg.Dir == "" {
@@ -770,7 +883,7 @@ func (q *Queue) writeOnce() bool {
 	done := skip // taken samples accounted for (the acked ones need no write)
 	for i := skip; i < len(take); {
 		j := i + 1
-		for j < len(take) && j-i < maxRecordSamples && take[j].Seq == take[j-1].Seq+1 {
+		for j < len(take) && j-i < maxRecordSamples && take[j].Seq == take[j-1].Seq+1 && take[j].Epoch == take[i].Epoch {
 			j++
 		}
 		q.enc = appendRecord(q.enc[:0], take[i:j])
@@ -792,17 +905,7 @@ func (q *Queue) writeOnce() bool {
 		q.popFront()
 		q.written--
 	}
-	var total int64
-	for _, s := range q.segs {
-		total += s.size
-	}
-	for total > q.cfg.MaxBytes && len(q.segs) > 1 {
-		s := q.segs[0]
-		q.log.Warn("ringstore: queue: full, dropping the oldest segment", "file", s.path, "samples", s.countAbove(q.head), "max_bytes", q.cfg.MaxBytes)
-		total -= s.size
-		q.dropSegmentLocked(0)
-		_ = os.Remove(s.path)
-	}
+	q.keepBoundLocked()
 	q.oldestFor = 0
 	q.mu.Unlock()
 	return more
@@ -888,6 +991,23 @@ func (q *Queue) saveAck(head uint64) {
 		return
 	}
 	q.ackSaved, q.lastAckWrite = head, time.Now()
+	q.mu.Lock()
+	keep := q.skips[:0]
+	for _, k := range q.skips {
+		if k.Last >= head { // its jump is not acknowledged yet
+			keep = append(keep, k)
+		}
+	}
+	pruned := len(keep) < len(q.skips)
+	clear(q.skips[len(keep):])
+	q.skips = keep
+	skips := append([]Skip(nil), keep...)
+	q.mu.Unlock()
+	if pruned {
+		if err := writeSkips(filepath.Join(q.cfg.Dir, skipFile), skips); err != nil {
+			q.logErr("save restart skips", err)
+		}
+	}
 }
 
 // deleteAcked removes the segments (not the active one) that hold nothing
@@ -933,6 +1053,119 @@ func (q *Queue) Close() error {
 	}
 	q.mu.Lock()
 	q.closed = true
+	// What could not be written (disk full or failing) is lost with the
+	// process: counted as dropped and logged, never silently.
+	var lost uint64
+	if q.cfg.Dir != "" {
+		for _, s := range q.mem[q.memOff+q.written:] {
+			if s.Seq > q.head {
+				q.addDrop(s.Seq, s.Seq, 1)
+				lost++
+			}
+		}
+	}
+	dropped := q.dropped
 	q.mu.Unlock()
+	if lost > 0 {
+		q.log.Error("ringstore: queue: samples not written at shutdown (disk full or failing); counted as dropped", "samples", lost, "dropped_total", dropped, "dir", q.cfg.Dir)
+	}
 	return nil
+}
+
+// LastSeq is the highest sequence number the queue holds or has
+// acknowledged (0 when it never held one): the Sequence starts above it.
+func (q *Queue) LastSeq() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	last := q.head
+	if n := len(q.segs); n > 0 {
+		last = max(last, q.segs[n-1].last())
+	}
+	if n := len(q.mem); n > q.memOff {
+		last = max(last, q.mem[n-1].Seq)
+	}
+	return last
+}
+
+// Resume tells the queue where this run's numbering starts: when epoch
+// continues and first is above the queue's last seq + 1, the numbers in
+// between were reserved by the previous run and never used. That skip is
+// kept (file queue.skips) until acknowledged and sent with the batch that
+// crosses it (Skips), so a receiver does not report it as a gap.
+func (q *Queue) Resume(epoch, first uint64, continued bool) {
+	last := q.LastSeq()
+	if !continued || first <= last+1 || last == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.skips = append(q.skips, Skip{Epoch: epoch, First: last + 1, Last: first - 1})
+	if len(q.skips) > maxSkips {
+		q.skips = q.skips[len(q.skips)-maxSkips:]
+	}
+	skips := append([]Skip(nil), q.skips...)
+	q.mu.Unlock()
+	if q.cfg.Dir != "" {
+		if err := writeSkips(filepath.Join(q.cfg.Dir, skipFile), skips); err != nil {
+			q.log.Warn("ringstore: queue: restart skip not saved (a receiver may report it as a gap after another restart)", "err", err)
+		}
+	}
+}
+
+// Skips returns the skips of epoch whose end lands in (after, last]: the
+// ones a batch of that epoch covering (after, last] crosses.
+func (q *Queue) Skips(epoch, after, last uint64) []Skip {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []Skip
+	for _, k := range q.skips {
+		if k.Epoch == epoch && k.Last+1 > after && k.Last+1 <= last {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func readSkips(path string, log *slog.Logger) []Skip {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			log.Warn("ringstore: queue: restart skips unreadable", "file", path, "err", err)
+		}
+		return nil
+	}
+	var out []Skip
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		e, err1 := ParseEpoch(f[0])
+		a, err2 := strconv.ParseUint(f[1], 10, 64)
+		z, err3 := strconv.ParseUint(f[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || a > z {
+			log.Warn("ringstore: queue: bad line in restart skips ignored", "file", path, "line", line)
+			continue
+		}
+		out = append(out, Skip{Epoch: e, First: a, Last: z})
+	}
+	return out
+}
+
+// writeSkips replaces the skips file (one "epoch first last" line each).
+func writeSkips(path string, skips []Skip) error {
+	var b []byte
+	for _, k := range skips {
+		b = AppendEpoch(b, k.Epoch)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, k.First, 10)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, k.Last, 10)
+		b = append(b, '\n')
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o640); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }

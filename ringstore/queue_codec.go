@@ -11,12 +11,16 @@ import (
 // Segment record, as written by appendRecord and read by decodeRecord:
 //
 //	offset size  field
-//	0      4     payload length L (uint32, little endian), 1 <= L <= maxRecord
+//	0      4     payload length L (uint32, little endian), 1 <= L <= maxRecord,
+//	             bit 31 set: the payload starts with the epoch
 //	4      4     CRC-32C (Castagnoli) of the payload
 //	8      L     payload
 //
 // payload:
 //
+//	[8 bytes] epoch (uint64 LE) of every sample of the record, when bit 31
+//	         of the length is set (always, since epochs; records written by
+//	         older versions have none and read as epoch 0)
 //	uvarint  first seq (the record's samples are seq first, first+1, ... : a
 //	         record never spans a gap in the sequence)
 //	uvarint  n, the number of samples
@@ -47,6 +51,9 @@ const maxRecord = 16 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// lenEpoch is the length word's flag for a payload that starts with the epoch.
+const lenEpoch = 1 << 31
+
 const (
 	flagFloat32    = 1 << 2
 	flagBool       = 1 << 3
@@ -76,10 +83,12 @@ func decimal(v float64) (k int, m int64, ok bool) {
 	return 0, 0, false
 }
 
-// appendRecord appends one record holding samples (consecutive seqs) to b.
+// appendRecord appends one record holding samples (consecutive seqs, one
+// epoch: samples[0]'s) to b.
 func appendRecord(b []byte, samples []Sample) []byte {
 	start := len(b)
 	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0)
+	b = binary.LittleEndian.AppendUint64(b, samples[0].Epoch)
 	b = binary.AppendUvarint(b, samples[0].Seq)
 	b = binary.AppendUvarint(b, uint64(len(samples)))
 	var prevTS int64
@@ -143,12 +152,15 @@ func appendRecord(b []byte, samples []Sample) []byte {
 		prevTS = s.TS
 	}
 	payload := b[start+recordHeader:]
-	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload))|lenEpoch)
 	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(payload, castagnoli))
 	return b
 }
 
-var errShort = errors.New("short record")
+var (
+	errShort    = errors.New("short record")
+	errChecksum = errors.New("record checksum mismatch")
+)
 
 // recordSpan reads a record header at the start of b and checks its CRC. It
 // returns the record's total size, first seq and sample count. errShort means
@@ -157,7 +169,8 @@ func recordSpan(b []byte) (size int, first uint64, n int, err error) {
 	if len(b) < recordHeader {
 		return 0, 0, 0, errShort
 	}
-	l := binary.LittleEndian.Uint32(b)
+	lw := binary.LittleEndian.Uint32(b)
+	l := lw &^ lenEpoch
 	if l == 0 || l > maxRecord {
 		return 0, 0, 0, fmt.Errorf("bad record length %d", l)
 	}
@@ -166,7 +179,13 @@ func recordSpan(b []byte) (size int, first uint64, n int, err error) {
 	}
 	payload := b[recordHeader : recordHeader+int(l)]
 	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
-		return 0, 0, 0, errors.New("record checksum mismatch")
+		return 0, 0, 0, errChecksum
+	}
+	if lw&lenEpoch != 0 {
+		if len(payload) < 8 {
+			return 0, 0, 0, errors.New("bad record epoch")
+		}
+		payload = payload[8:]
 	}
 	first, k := binary.Uvarint(payload)
 	if k <= 0 {
@@ -183,8 +202,12 @@ func recordSpan(b []byte) (size int, first uint64, n int, err error) {
 // of b whose seq is > after, at most max of them, to dst.
 // names interns device and tag names (nil: allocate each).
 func decodeRecord(b []byte, after uint64, max int, dst []Sample, names map[string]string) ([]Sample, error) {
-	l := int(binary.LittleEndian.Uint32(b))
-	p := b[recordHeader : recordHeader+l]
+	lw := binary.LittleEndian.Uint32(b)
+	p := b[recordHeader : recordHeader+int(lw&^lenEpoch)]
+	var epoch uint64
+	if lw&lenEpoch != 0 {
+		epoch, p = binary.LittleEndian.Uint64(p), p[8:]
+	}
 	first, k := binary.Uvarint(p)
 	p = p[k:]
 	n, k := binary.Uvarint(p)
@@ -272,7 +295,7 @@ func decodeRecord(b []byte, after uint64, max int, dst []Sample, names map[strin
 		case flags&flagFloat32 != 0:
 			kind = KindFloat32
 		}
-		dst = append(dst, Sample{Seq: seq, Device: device, Tag: tag, Value: v, Text: text, Kind: kind,
+		dst = append(dst, Sample{Seq: seq, Epoch: epoch, Device: device, Tag: tag, Value: v, Text: text, Kind: kind,
 			Bool: flags&flagBool != 0, Quality: Quality(flags & 3), TS: ts})
 		got++
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -393,9 +394,9 @@ func TestQueueHandoffFull(t *testing.T) {
 	if st.Dropped != 2 || len(st.DroppedRanges) != 1 || st.DroppedRanges[0] != (SeqRange{15, 16}) || st.Unwritten != 10 {
 		t.Fatalf("hand-off full: %+v", st)
 	}
-	q.Close()
+	q.Close()                   // the 10 waiting cannot be written: dropped and counted
 	q.Append(mkBatch(17, 1, 2)) // after Close: dropped and counted too
-	if st := q.Stats(); st.Dropped != 4 {
+	if st := q.Stats(); st.Dropped != 14 {
 		t.Fatalf("after close: %+v", st)
 	}
 }
@@ -664,4 +665,148 @@ func BenchmarkQueueDiskBytes(b *testing.B) {
 			b.ReportMetric(float64(size)/float64(2*b.N), "disk-B/sample")
 		})
 	}
+}
+
+// Epochs survive the disk (every record carries its samples' epoch) and a
+// restart's skip is kept until its jump is acknowledged.
+func TestQueueEpochsAndSkips(t *testing.T) {
+	dir := t.TempDir()
+	q := openQ(t, QueueConfig{Dir: dir})
+	b1 := mkBatch(1, 1, 4)
+	for i := range b1 {
+		b1[i].Epoch = 0xaaaa000000000001
+	}
+	b2 := mkBatch(5, 1, 4)
+	for i := range b2 {
+		b2[i].Epoch = 0xbbbb000000000002
+	}
+	q.Append(b1)
+	q.Append(b2)
+	if got := q.LastSeq(); got != 8 {
+		t.Fatalf("LastSeq %d", got)
+	}
+	q.Resume(0xbbbb000000000002, 100, true)
+	q.Close()
+	q = openQ(t, QueueConfig{Dir: dir})
+	got := peekAll(t, q)
+	checkSeqs(t, got, 1, 8)
+	for i, s := range got {
+		want := uint64(0xaaaa000000000001)
+		if s.Seq >= 5 {
+			want = 0xbbbb000000000002
+		}
+		if s.Epoch != want {
+			t.Fatalf("sample %d: epoch %x, want %x", i, s.Epoch, want)
+		}
+	}
+	want := []Skip{{Epoch: 0xbbbb000000000002, First: 9, Last: 99}}
+	if k := q.Skips(0xbbbb000000000002, 8, 100); !slices.Equal(k, want) {
+		t.Fatalf("skips after reopen %v, want %v", k, want)
+	}
+	if k := q.Skips(0xbbbb000000000002, 100, 200); len(k) != 0 {
+		t.Fatalf("skips past the jump %v", k)
+	}
+	if k := q.Skips(0xaaaa000000000001, 8, 100); len(k) != 0 {
+		t.Fatalf("skips of another epoch %v", k)
+	}
+	q.Resume(0xbbbb000000000002, 9, true) // no skip: continues at last+1
+	q.Resume(0xcccc000000000003, 500, false)
+	if k := q.Skips(0xcccc000000000003, 0, 1000); len(k) != 0 {
+		t.Fatalf("a new epoch has no skip: %v", k)
+	}
+	q.Ack(100)
+	q.Close()
+	q = openQ(t, QueueConfig{Dir: dir})
+	defer q.Close()
+	if k := q.Skips(0xbbbb000000000002, 8, 100); len(k) != 0 {
+		t.Fatalf("skip kept after its jump was acknowledged: %v", k)
+	}
+}
+
+// A queue read that fails (EIO on open, as a failing SD card or EMFILE
+// gives) deletes nothing and skips nothing: the reader backs off and reads
+// everything once the fault clears.
+func TestQueueTransientReadFailureDeletesNothing(t *testing.T) {
+	dir := t.TempDir()
+	q := openQ(t, QueueConfig{Dir: dir, SegmentBytes: 16 << 10, Fsync: FsyncNever})
+	const n = 3 * queueCacheSamples // older samples are on disk only
+	appendN(q, 1, n)
+	files := func() int {
+		m, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+		return len(m)
+	}
+	before := files()
+	var fail sync.Map
+	fail.Store("on", true)
+	q.rmu.Lock()
+	q.open = func(path string) (*os.File, error) {
+		if _, on := fail.Load("on"); on {
+			return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EIO}
+		}
+		return os.Open(path)
+	}
+	q.rmu.Unlock()
+	for i := 0; i < 5; i++ {
+		if got := q.PeekAfter(0, 100, nil); len(got) != 0 {
+			t.Fatalf("read through a failing disk: %d samples from seq %d", len(got), got[0].Seq)
+		}
+	}
+	if st := q.Stats(); st.Dropped != 0 || files() != before || st.Samples != n {
+		t.Fatalf("after read failures: %d of %d segment files, stats %+v", files(), before, st)
+	}
+	fail.Delete("on")
+	waitFor(t, "reads again after the backoff", func() bool { return len(q.PeekAfter(0, 1, nil)) == 1 })
+	checkSeqs(t, peekAll(t, q), 1, n)
+	q.Close()
+}
+
+// A record whose checksum fails is skipped, counted and logged; the records
+// after it in the same segment are kept.
+func TestQueueCorruptRecordSkipped(t *testing.T) {
+	dir := t.TempDir()
+	q := openQ(t, QueueConfig{Dir: dir, Fsync: FsyncNever})
+	for s := uint64(1); s <= 30; s += 10 {
+		q.Append(mkBatch(s, 1, 10)) // one record each
+	}
+	q.Close()
+	m, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+	if len(m) != 1 {
+		t.Fatalf("segments %v", m)
+	}
+	b, err := os.ReadFile(m[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := int(binary.LittleEndian.Uint32(b) &^ lenEpoch)
+	b[recordHeader+l+recordHeader+5] ^= 0xff // inside the second record's payload
+	if err := os.WriteFile(m[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	q = openQ(t, QueueConfig{Dir: dir})
+	defer q.Close()
+	got := peekAll(t, q)
+	st := q.Stats()
+	if st.Corrupt != 1 || st.Recovered != 0 || len(got) != 20 || got[9].Seq != 10 || got[10].Seq != 21 {
+		t.Fatalf("corrupt record: %d samples, stats %+v", len(got), st)
+	}
+}
+
+// A small bound with a healthy uplink (the consumer acks a few batches
+// behind) drops nothing: segments follow the bound.
+func TestQueueSmallBoundHealthyDropsNothing(t *testing.T) {
+	q := openQ(t, QueueConfig{Dir: t.TempDir(), MaxBytes: 16 << 10, Fsync: FsyncNever})
+	runQ(t, q)
+	const n = 40000
+	for s := uint64(1); s <= n; s += 2 {
+		q.Append(mkBatch(s, int(s%48), 2))
+		if s > 200 && s%50 == 1 {
+			q.Ack(s - 200) // 200 samples in flight, about 4 KiB
+		}
+	}
+	q.Ack(n)
+	st := q.Stats()
+	if st.Dropped != 0 {
+		t.Fatalf("dropped %d with a healthy consumer: %+v", st.Dropped, st)
+	}
+	t.Logf("segment size %d bytes, stats %+v", q.segSize, st)
 }

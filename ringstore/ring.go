@@ -14,6 +14,7 @@ const DefaultRingSize = 200
 // published: readers may keep and encode it without any lock.
 type Snapshot struct {
 	Seq    uint64
+	Epoch  uint64 // the epoch of Seq (see Sequence)
 	Latest []Sample
 }
 
@@ -24,8 +25,10 @@ type Result struct {
 	// Reset: the caller's sequence fell out of the ring, or is ahead of the
 	// ring (the gateway restarted). Samples is empty; use Snapshot instead.
 	Reset bool
-	// Seq is the ring's last sequence number at the time of the call.
-	Seq uint64
+	// Seq is the ring's last sequence number at the time of the call, and
+	// Epoch its epoch.
+	Seq   uint64
+	Epoch uint64
 	// Wait is closed by the first Append after this call. Taken under the
 	// same lock as the check, so waiting on it cannot miss an append.
 	Wait <-chan struct{}
@@ -41,6 +44,7 @@ type Ring struct {
 	buf     []Sample // circular, len == capacity once full
 	start   int      // index of the oldest sample when full
 	last    uint64   // seq of the newest sample in buf
+	epoch   uint64   // epoch of last
 	wake    chan struct{}
 	latest  []Sample    // latest sample per tag, in first-seen order
 	index   map[key]int // (device, tag) -> index in latest
@@ -63,8 +67,9 @@ func NewRing(size int, seq *Sequence) *Ring {
 		wake:  make(chan struct{}),
 		index: make(map[key]int),
 		last:  seq.Last(),
+		epoch: seq.Epoch(),
 	}
-	r.snap.Store(&Snapshot{Seq: r.last})
+	r.snap.Store(&Snapshot{Seq: r.last, Epoch: r.epoch})
 	return r
 }
 
@@ -83,12 +88,10 @@ func (r *Ring) Append(batch []Sample) (first, last uint64, err error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	first, err = r.seq.Reserve(len(batch))
-	if err != nil {
-		return 0, 0, err
-	}
+	first, epoch := r.seq.ReserveEpoch(len(batch))
 	for i := range batch {
 		batch[i].Seq = first + uint64(i)
+		batch[i].Epoch = epoch
 		r.push(batch[i])
 		k := key{batch[i].Device, batch[i].Tag}
 		if j, ok := r.index[k]; ok {
@@ -99,7 +102,7 @@ func (r *Ring) Append(batch []Sample) (first, last uint64, err error) {
 		}
 	}
 	last = first + uint64(len(batch)) - 1
-	r.last = last
+	r.last, r.epoch = last, epoch
 	r.dirty.Store(true)
 	r.appends.Add(1)
 	if r.sub != nil {
@@ -117,6 +120,13 @@ func (r *Ring) push(s Sample) {
 	}
 	r.buf[r.start] = s
 	r.start = (r.start + 1) % len(r.buf)
+}
+
+// Epoch is the epoch of Seq.
+func (r *Ring) Epoch() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.epoch
 }
 
 // Seq is the last sequence number appended (or, before the first append,
@@ -140,7 +150,7 @@ func (r *Ring) Appends() uint64 { return r.appends.Load() }
 func (r *Ring) Since(after uint64, dst []Sample) Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	res := Result{Samples: dst, Seq: r.last, Wait: r.wake}
+	res := Result{Samples: dst, Seq: r.last, Epoch: r.epoch, Wait: r.wake}
 	if after > r.last {
 		res.Reset = true
 		return res
@@ -180,7 +190,7 @@ func (r *Ring) Snapshot() *Snapshot {
 		}
 		return latest[i].Tag < latest[j].Tag
 	})
-	s := &Snapshot{Seq: r.last, Latest: latest}
+	s := &Snapshot{Seq: r.last, Epoch: r.epoch, Latest: latest}
 	r.snap.Store(s)
 	r.dirty.Store(false)
 	return s

@@ -1,6 +1,7 @@
 package ringstore
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"edgegw/internal/testenv"
 )
 
 func memRing(t testing.TB, size int) *Ring {
@@ -186,11 +189,86 @@ func TestSequenceSurvivesRestart(t *testing.T) {
 	if next <= 10 {
 		t.Fatalf("after restart got %d, not above 10", next)
 	}
+	if e1, e2 := s1.Epoch(), s2.Epoch(); e1 != e2 {
+		t.Fatalf("epoch changed across a restart: %x then %x", e1, e2)
+	}
 	if err := os.WriteFile(filepath.Join(dir, hwmFile), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenSequence(dir); err == nil || !strings.Contains(err.Error(), "corrupt high-water mark") {
+	s3, err := OpenSequence(dir)
+	if err != nil {
 		t.Fatalf("corrupt mark: %v", err)
+	}
+	if e, _, cont := s3.First(); cont || e == s2.Epoch() {
+		t.Fatalf("corrupt mark: epoch %x continued %v, want a new epoch", e, cont)
+	}
+}
+
+// Every way the numbering cannot be proven to continue gives a new epoch;
+// a clean reopen keeps it and starts above the mark.
+func TestSequenceEpochs(t *testing.T) {
+	dir := t.TempDir()
+	s1, _ := OpenSequence(dir)
+	e1, first, cont := s1.First()
+	if cont || first != 1 || e1 == 0 {
+		t.Fatalf("fresh dir: epoch %x first %d continued %v", e1, first, cont)
+	}
+	s1.Reserve(5)
+	s2, _ := OpenSequence(dir)
+	if e, first, cont := s2.First(); e != e1 || !cont || first != SeqBlock+1 {
+		t.Fatalf("reopen: epoch %x first %d continued %v, want %x %d true", e, first, cont, e1, SeqBlock+1)
+	}
+	// Wiped: a new epoch from 1.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	s3, _ := OpenSequence(dir)
+	if e, first, cont := s3.First(); e == e1 || cont || first != 1 {
+		t.Fatalf("wiped: epoch %x first %d continued %v", e, first, cont)
+	}
+	// The queue holds numbers above the mark (they were given under an
+	// epoch that never reached the disk): a new epoch above them.
+	s4, _ := OpenSequenceConfig(SequenceConfig{Dir: dir, Floor: 5 * SeqBlock})
+	if e, first, cont := s4.First(); e == s3.Epoch() || cont || first != 5*SeqBlock+1 {
+		t.Fatalf("floor above mark: epoch %x first %d continued %v", e, first, cont)
+	}
+	// A mark from an older version (no epoch line): numbers continue, new epoch.
+	if err := os.WriteFile(filepath.Join(dir, hwmFile), []byte("77\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s5, _ := OpenSequence(dir)
+	if e, first, cont := s5.First(); e == s4.Epoch() || cont || first != 78 {
+		t.Fatalf("old mark: epoch %x first %d continued %v", e, first, cont)
+	}
+	// Memory-only: a new epoch every time.
+	m1, _ := OpenSequence("")
+	m2, _ := OpenSequence("")
+	if m1.Epoch() == m2.Epoch() {
+		t.Fatal("two memory-only sequences share an epoch")
+	}
+}
+
+// A block used up while the disk refuses the next mark: numbering goes on,
+// under a new epoch, and strictly increasing.
+func TestSequenceBlockExhaustedOnFailingDisk(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "data")
+	s, _ := OpenSequence(dir)
+	e1 := s.Epoch()
+	first, _ := s.Reserve(SeqBlock - 10)
+	// The disk goes away: the directory is replaced by a file.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, e2 := s.ReserveEpoch(100)
+	if n != first+SeqBlock-10 || e2 == e1 {
+		t.Fatalf("after the block: seq %d epoch %x (was %x), want seq %d under a new epoch", n, e2, e1, first+SeqBlock-10)
+	}
+	if ok, err := s.Durable(); ok || err == nil {
+		t.Fatalf("durable %v err %v", ok, err)
 	}
 }
 
@@ -300,4 +378,49 @@ func BenchmarkSampleAppendJSON(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		buf = s.AppendJSON(buf[:0])
 	}
+}
+
+// With Run running, the next mark is written when half the block is used,
+// by Run; a disk that refuses it costs nothing until the block is used up,
+// then numbering goes on under a new epoch, which Run writes once the disk
+// is back.
+func TestSequenceReservesAhead(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "data")
+	s, _ := OpenSequence(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testenv.WaitFor(t, 10*time.Second, "Run started", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.running })
+	e1 := s.Epoch()
+	s.Reserve(SeqBlock/2 + 1)
+	testenv.WaitFor(t, 10*time.Second, "the next mark written ahead", func() bool {
+		m, e, err := readMark(filepath.Join(dir, hwmFile))
+		return err == nil && e == e1 && m == SeqBlock/2+1+SeqBlock
+	})
+	// The disk goes away.
+	if err := os.Rename(dir, dir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.Reserve(SeqBlock) // crosses the half of the block: Run fails to write, retries
+	n, e2 := s.ReserveEpoch(SeqBlock)
+	if e2 == e1 || n != SeqBlock/2+2+SeqBlock {
+		t.Fatalf("block used up on a failing disk: seq %d epoch %x (was %x)", n, e2, e1)
+	}
+	// The disk comes back: Run writes the new epoch by itself.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir+".away", dir); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the new epoch written", func() bool {
+		_, e, err := readMark(filepath.Join(dir, hwmFile))
+		ok, _ := s.Durable()
+		return err == nil && e == e2 && ok
+	})
 }

@@ -51,7 +51,8 @@ func ParseQuality(s string) (Quality, error) {
 // shortest float64 form, without exponent for 1e-6 <= |v| < 1e21. A NaN or
 // infinite value is never written: AppendJSON gives quality "error" and null.
 type Sample struct {
-	Seq     uint64  // global, strictly increasing, never reused across restarts
+	Seq     uint64  // global, strictly increasing, never reused within its epoch
+	Epoch   uint64  // the Sequence epoch that numbered it (set with Seq; not in AppendJSON)
 	Device  string  // device name from the config
 	Tag     string  // tag name, unique within the device
 	Value   float64 // scaled value; 0/1 for bool tags

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"edgegw/ringstore"
 	"edgegw/stats"
 )
 
@@ -26,7 +27,7 @@ import (
 //	    its last poll failed, e.g. "…: open /dev/ttyUSB0: no such file or directory". Sorted by name.
 //
 //	GET /api/status
-//	200 {"gateway":"gw-01","version":"1.2.0","seq":1042,"uptime_s":3600,
+//	200 {"gateway":"gw-01","version":"1.2.0","seq":1042,"epoch":"9f3c04e1a2b3c4d5","uptime_s":3600,
 //	     "upstream":{"path":"websocket","queue_samples":12,"queue_bytes":1340,"oldest_unack_us":1764450000000000,
 //	                 "oldest_unack_age_s":0.8,"dropped":0,"reconnects":1,"sent_ws":35000,"sent_mqtt":120},
 //	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":0,"rejected":0},
@@ -189,6 +190,7 @@ type ringJSON struct {
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
+	snap := s.cfg.Ring.Snapshot()
 	st := s.Stats()
 	type clients struct {
 		Short     int64  `json:"short_polling"`
@@ -201,12 +203,13 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Gateway  string       `json:"gateway"`
 		Version  string       `json:"version"`
 		Seq      uint64       `json:"seq"`
+		Epoch    string       `json:"epoch"`
 		UptimeS  int64        `json:"uptime_s"`
 		Upstream upstreamJSON `json:"upstream"`
 		Clients  clients      `json:"clients"`
 		Ring     ringJSON     `json:"ring"`
 	}{
-		Gateway: s.cfg.GatewayID, Version: s.cfg.Version, Seq: s.cfg.Ring.Snapshot().Seq,
+		Gateway: s.cfg.GatewayID, Version: s.cfg.Version, Seq: snap.Seq, Epoch: ringstore.FormatEpoch(snap.Epoch),
 		UptimeS: int64(now.Sub(s.started).Seconds()), Upstream: s.upstream(now),
 		Clients: clients{
 			Short: st.ShortPolling.Active, Long: st.LongPolling.Active, WS: st.WebSocket.Active,

@@ -22,7 +22,7 @@ func TestShortPolling(t *testing.T) {
 	if code != 200 || h.Get("Content-Type") != "application/json" {
 		t.Fatalf("empty ring: %d %q", code, h.Get("Content-Type"))
 	}
-	if want := `{"seq":` + itoa(start) + `,"tags":[]}` + "\n"; string(b) != want {
+	if want := `{"seq":` + itoa(start) + `,"epoch":"` + ringstore.FormatEpoch(ts.ring.Epoch()) + `","tags":[]}` + "\n"; string(b) != want {
 		t.Fatalf("empty ring: got %s, want %s", b, want)
 	}
 

@@ -19,9 +19,9 @@ import (
 // WebSocket wire layout (GET /api/ws, text frames, one JSON object each):
 //
 //	server → client, first frame:
-//	  {"type":"snapshot","seq":1042,"reset":false,"samples":[…latest of every tag…]}
+//	  {"type":"snapshot","seq":1042,"epoch":"9f3c04e1a2b3c4d5","reset":false,"samples":[…latest of every tag…]}
 //	server → client, then one frame per ring batch (several when the hub lags):
-//	  {"type":"samples","seq":1045,"samples":[{"seq":1043,…},{"seq":1044,…},{"seq":1045,…}]}
+//	  {"type":"samples","seq":1045,"epoch":"9f3c04e1a2b3c4d5","samples":[{"seq":1043,…},{"seq":1044,…},{"seq":1045,…}]}
 //	client → server, to resume after a reconnect (N = the last seq it holds):
 //	  {"lastSequence":1030}
 //	server → client, the answer: the samples > N still in the ring as one
@@ -178,6 +178,11 @@ func newFrame(samples []ringstore.Sample) (*frame, error) {
 func appendSamplesFrame(b []byte, last uint64, samples []ringstore.Sample) []byte {
 	b = append(b, `{"type":"samples","seq":`...)
 	b = strconv.AppendUint(b, last, 10)
+	var epoch uint64
+	if len(samples) > 0 {
+		epoch = samples[len(samples)-1].Epoch
+	}
+	b = appendEpoch(b, epoch)
 	b = append(b, `,"samples":`...)
 	b = ringstore.AppendJSONArray(b, samples)
 	return append(b, '}')
@@ -186,6 +191,7 @@ func appendSamplesFrame(b []byte, last uint64, samples []ringstore.Sample) []byt
 func appendSnapshotFrame(b []byte, snap *ringstore.Snapshot, reset bool) []byte {
 	b = append(b, `{"type":"snapshot","seq":`...)
 	b = strconv.AppendUint(b, snap.Seq, 10)
+	b = appendEpoch(b, snap.Epoch)
 	b = append(b, `,"reset":`...)
 	b = strconv.AppendBool(b, reset)
 	b = append(b, `,"samples":`...)
