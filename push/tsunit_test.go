@@ -74,7 +74,7 @@ func TestMQTTPerTagUnitAndMillis(t *testing.T) {
 		t.Fatalf("per-tag payload of a tag without unit: %s (want %d)", tp, wantT.Seq)
 	}
 	batch := get(prefix + "/batch")
-	if !strings.HasPrefix(batch, `{"type":"batch","gateway":"`+gwID+`","ts_unit":"ms",`) {
+	if !strings.HasPrefix(batch, `{"type":"batch","v":2,"gateway":"`+gwID+`","epoch":"`) || !strings.Contains(batch, `","ts_unit":"ms","first":`) {
 		t.Fatalf("batch frame %.120s", batch)
 	}
 	f, err := parseBatch([]byte(batch))
