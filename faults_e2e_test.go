@@ -26,8 +26,15 @@ type deviceState struct {
 	Demotions uint64 `json:"demotions"`
 }
 
-func apiDevices(t *testing.T, page string) map[string]deviceState {
+// apiDevices reads /api/devices of gw by name; it fails the test at once
+// if gw has exited.
+func apiDevices(t *testing.T, gw *proc, page string) map[string]deviceState {
 	t.Helper()
+	select {
+	case <-gw.done:
+		t.Fatalf("the gateway exited (%v)", gw.cmd.ProcessState)
+	default:
+	}
 	var out struct{ Devices []deviceState }
 	if err := getJSON(t, page+"api/devices", &out); err != nil {
 		t.Logf("/api/devices: %v", err)
@@ -88,7 +95,7 @@ func TestFaultReloadAddsUnopenableDevices(t *testing.T) {
 	}
 	write(faultConfig(fleet, 3, ""))
 	gw, page := runGateway(t, path)
-	waitFor(t, 10*time.Second, "good devices polled", func() bool { return apiDevices(t, page)["good-2"].GoodPolls >= 5 })
+	waitFor(t, 10*time.Second, "good devices polled", func() bool { return apiDevices(t, gw, page)["good-2"].GoodPolls >= 5 })
 
 	write(faultConfig(fleet, 3, rtuDevice("meter", port)+
 		"[[device]]\nname = \"lost\"\ntransport = \"udp\"\naddress = \"logger.nope.invalid:502\"\nprofile = \"th\"\n"))
@@ -96,7 +103,7 @@ func TestFaultReloadAddsUnopenableDevices(t *testing.T) {
 	gw.waitLine("reload: devices applied", 10*time.Second)
 	var devs map[string]deviceState
 	waitFor(t, 10*time.Second, "meter and lost down with a reason", func() bool {
-		devs = apiDevices(t, page)
+		devs = apiDevices(t, gw, page)
 		return devs["meter"].State == "down" && devs["lost"].State == "down" && devs["meter"].Reason != "" && devs["lost"].Reason != ""
 	})
 	if r := devs["meter"].Reason; !strings.Contains(r, port) || !strings.Contains(r, "no such file or directory") {
@@ -105,9 +112,9 @@ func TestFaultReloadAddsUnopenableDevices(t *testing.T) {
 	if r := devs["lost"].Reason; !strings.Contains(r, "logger.nope.invalid") {
 		t.Errorf("lost reason %q", r)
 	}
-	before := apiDevices(t, page)["good-0"].Polls
+	before := apiDevices(t, gw, page)["good-0"].Polls
 	waitFor(t, 20*time.Second, "good devices still polled after the reload", func() bool {
-		return apiDevices(t, page)["good-0"].Polls >= before+20
+		return apiDevices(t, gw, page)["good-0"].Polls >= before+20
 	})
 
 	// The adapter is plugged in: the port appears at the configured path.
@@ -124,10 +131,10 @@ func TestFaultReloadAddsUnopenableDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, "meter recovered by itself", func() bool {
-		d := apiDevices(t, page)["meter"]
+		d := apiDevices(t, gw, page)["meter"]
 		return d.State == "ok" && d.GoodPolls >= 3
 	})
-	devs = apiDevices(t, page)
+	devs = apiDevices(t, gw, page)
 	if d := devs["lost"]; d.State != "down" || d.GoodPolls != 0 {
 		t.Errorf("lost: %+v", d)
 	}
@@ -155,7 +162,7 @@ func TestFaultStartWithMissingPort(t *testing.T) {
 	gw, page := runGateway(t, path)
 	var devs map[string]deviceState
 	waitFor(t, 20*time.Second, "good devices polled 30 times, meter down", func() bool {
-		devs = apiDevices(t, page)
+		devs = apiDevices(t, gw, page)
 		return devs["good-0"].Polls >= 30 && devs["good-1"].Polls >= 30 && devs["good-2"].Polls >= 30 && devs["meter"].State == "down"
 	})
 	if r := devs["meter"].Reason; !strings.Contains(r, "no such file or directory") {
@@ -179,7 +186,7 @@ func TestFaultReloadRefusesEmptyConfig(t *testing.T) {
 	}
 	write(faultConfig(fleet, 2, ""))
 	gw, page := runGateway(t, path)
-	waitFor(t, 10*time.Second, "good devices polled", func() bool { return apiDevices(t, page)["good-1"].GoodPolls >= 5 })
+	waitFor(t, 10*time.Second, "good devices polled", func() bool { return apiDevices(t, gw, page)["good-1"].GoodPolls >= 5 })
 	for _, body := range []string{
 		"",
 		"[gateway]\nid = \"faults\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
@@ -187,18 +194,18 @@ func TestFaultReloadRefusesEmptyConfig(t *testing.T) {
 		write(body)
 		_ = gw.cmd.Process.Signal(syscall.SIGHUP)
 		gw.waitLine("it has no devices and would stop all polling", 10*time.Second)
-		n := apiDevices(t, page)["good-0"].Polls
+		n := apiDevices(t, gw, page)["good-0"].Polls
 		waitFor(t, 10*time.Second, "polling continues after the refused reload", func() bool {
-			d := apiDevices(t, page)
+			d := apiDevices(t, gw, page)
 			return len(d) == 2 && d["good-0"].Polls >= n+10
 		})
 	}
-	checkGoodKeptSchedule(t, apiDevices(t, page), 2)
+	checkGoodKeptSchedule(t, apiDevices(t, gw, page), 2)
 
 	write("allow_empty = true\n[gateway]\nid = \"faults\"\n[http]\nlisten = \"127.0.0.1:0\"\n")
 	_ = gw.cmd.Process.Signal(syscall.SIGHUP)
 	gw.waitLine("reload: devices applied", 10*time.Second)
-	waitFor(t, 10*time.Second, "no devices left", func() bool { d := apiDevices(t, page); return d != nil && len(d) == 0 })
+	waitFor(t, 10*time.Second, "no devices left", func() bool { d := apiDevices(t, gw, page); return d != nil && len(d) == 0 })
 	if code := gw.stop(15 * time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
@@ -229,7 +236,7 @@ func TestFaultCheckAndRunAgreeOnMissingFile(t *testing.T) {
 		t.Fatalf("check with the token file: %v\n%s", err, out)
 	}
 	gw, page := runGateway(t, path)
-	waitFor(t, 10*time.Second, "polled", func() bool { return apiDevices(t, page)["good-0"].GoodPolls >= 3 })
+	waitFor(t, 10*time.Second, "polled", func() bool { return apiDevices(t, gw, page)["good-0"].GoodPolls >= 3 })
 	if code := gw.stop(15 * time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}

@@ -74,7 +74,7 @@ func TestFaultFreshInstallStarts(t *testing.T) {
 	line := p.waitLine("edgegw running", 20*time.Second)
 	page := line[strings.Index(line, "page=")+len("page="):]
 	waitFor(t, 30*time.Second, "every device of the example polled", func() bool {
-		devs := apiDevices(t, page)
+		devs := apiDevices(t, p, page)
 		if len(devs) != 49 {
 			return false
 		}

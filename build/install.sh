@@ -151,6 +151,7 @@ install_all() {
 	if [ ! -e "$DESTDIR$conf" ]; then
 		put "$here/edgegw.example.toml" "$conf" 0644
 		say "config: $DESTDIR$conf (from the example: edit it, then: edgegw check -config $conf)"
+		say "config: files it may name (upstream token, TLS keys, password hash) are not created: write each, chmod 0640, chgrp $user, then uncomment its key"
 	elif cmp -s "$here/edgegw.example.toml" "$DESTDIR$conf"; then
 		say "config: $DESTDIR$conf unchanged"
 	else

