@@ -4,12 +4,16 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
+	"log"
 	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,5 +202,48 @@ func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile strin
 func writePEM(t *testing.T, file, typ string, der []byte) {
 	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A wss:// receiver whose certificate another CA signed: one line, with
+// the complaint and the certificate's subject and issuer, however many
+// dials fail.
+func TestWebSocketWrongCALoggedOnce(t *testing.T) {
+	dir := t.TempDir()
+	serverCA, otherCA := newCA(t, "receiver CA"), newCA(t, "some other CA")
+	certFile, keyFile := serverCA.issue(t, dir, "receiver")
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.NotFoundHandler(), ErrorLog: log.New(io.Discard, "", 0)}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	otherFile := filepath.Join(dir, "other-ca.pem")
+	writePEM(t, otherFile, "CERTIFICATE", otherCA.der)
+
+	g := newGateway(t, t.TempDir())
+	var logs logLines
+	w := wsConfig(ln.Addr().String(), "")
+	w.URL = "wss://" + ln.Addr().String() + "/ingest"
+	w.CAFile, w.ServerName = otherFile, "receiver"
+	w.ReconnectMin, w.ReconnectMax = 10*time.Millisecond, 20*time.Millisecond
+	p, err := New(Config{GatewayID: "gw", Queue: g.q, State: new(stats.Upstream), Logger: logs.logger(), WS: w,
+		MQTT: MQTTConfig{Mode: ModeOff}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runPusher(t, p)
+	waitFor(t, 20*time.Second, "10 failed dials", func() bool { return p.wsFailures.Load() >= 10 })
+	got := logs.with("push: websocket: cannot connect")
+	if len(got) != 1 || !strings.Contains(got[0], "certificate signed by unknown authority") ||
+		!strings.Contains(got[0], `cert_issuer="CN=receiver CA"`) || !strings.Contains(got[0], `cert_subject="CN=receiver"`) {
+		t.Fatalf("after %d dials, want one line with the certificate complaint, got %d:\n%s",
+			p.wsFailures.Load(), len(got), strings.Join(got, "\n"))
 	}
 }
