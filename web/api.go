@@ -28,6 +28,9 @@ import (
 //	                 "oldest_unack_age_s":0.8,"dropped":0,"reconnects":1,"sent_ws":35000,"sent_mqtt":120},
 //	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":0,"rejected":0}}
 //	    upstream.path: off | websocket | mqtt | buffering | unauthorized ("off" when none configured).
+//	    queue (with an upstream): {"mode":"disk","corrupt":0}; mode "memory" without data_dir, and
+//	    "memory (disk: no space left on device)" while the disk refuses writes (samples then wait in
+//	    RAM, bounded by max_bytes); corrupt: queue records skipped because their checksum failed.
 //
 //	GET /healthz
 //	200 {"status":"ok","seq":1042,"uptime_s":3600,"gateway":"gw-01","version":"1.2.0"}
@@ -175,6 +178,15 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		WSDropped uint64 `json:"ws_dropped"`
 		Rejected  uint64 `json:"rejected"`
 	}
+	type queue struct {
+		Mode    string `json:"mode"`
+		Corrupt uint64 `json:"corrupt"`
+	}
+	var qj *queue
+	if s.cfg.Upstream != nil {
+		u := s.cfg.Upstream.Snapshot()
+		qj = &queue{Mode: u.QueueMode, Corrupt: u.QueueCorrupt}
+	}
 	replyJSON(w, struct {
 		Gateway  string       `json:"gateway"`
 		Version  string       `json:"version"`
@@ -182,8 +194,10 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Epoch    string       `json:"epoch"`
 		UptimeS  int64        `json:"uptime_s"`
 		Upstream upstreamJSON `json:"upstream"`
+		Queue    *queue       `json:"queue,omitempty"`
 		Clients  clients      `json:"clients"`
 	}{
+		Queue:   qj,
 		Gateway: s.cfg.GatewayID, Version: s.cfg.Version, Seq: snap.Seq, Epoch: ringstore.FormatEpoch(snap.Epoch),
 		UptimeS: int64(now.Sub(s.started).Seconds()), Upstream: s.upstream(now),
 		Clients: clients{
