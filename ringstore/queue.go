@@ -115,7 +115,8 @@ func (s *segment) add(first, last uint64) {
 }
 
 // Queue is the durable store-and-forward queue between the ring and the
-// upstream pusher: the ring's OnAppend hook hands it every batch, the pusher
+// upstream pusher: the ring hands it every batch (HandOff under the ring's
+// lock, Persist after it), the pusher
 // reads the oldest unacknowledged samples (Peek, PeekAfter) and removes them
 // only on acknowledgement (Ack) — a transaction, as telegraf's buffer does.
 //
@@ -157,8 +158,12 @@ func (s *segment) add(first, last uint64) {
 // queue back to disk by itself. What is still in memory at Close is
 // counted as dropped and logged.
 //
-// Memory and latency: Append runs under the ring's lock, so it does one
-// write(2) and never an fsync (except FsyncAlways). The last 8192
+// Memory and latency: the ring hands batches over under its lock
+// (HandOff: memory only) and writes them after releasing it (Persist: one
+// write(2) per record, and with FsyncAlways one fsync shared by the
+// appenders waiting then), so a slow disk delays only the poll whose
+// samples are being written, never other pollers or readers. With the
+// batched policy the fsync runs in Run's goroutine. The last 8192
 // written samples stay in memory so that a sender keeping up never reads
 // the disk. Memory-only mode (Dir "") keeps the same semantics in RAM with
 // MaxBytes bounding an estimate of the samples' size.
@@ -171,11 +176,12 @@ func (s *segment) add(first, last uint64) {
 // A segment is a few lines of code here: append-only records, whole-file
 // delete.
 //
-// Concurrency: all methods are safe for concurrent use. Append takes the
-// writer lock (wmu) for one write(2); Append and Ack take the queue's mutex
-// for a short, disk-free critical section; Peek reads the disk outside both; fsync
-// and the ack mark run in Run's goroutine outside both. Call Close after Run
-// has returned.
+// Concurrency: all methods are safe for concurrent use. HandOff and Ack
+// take the queue's mutex for a short, disk-free critical section; Persist
+// takes the writer lock (wmu) for the writes (and, with FsyncAlways, the
+// shared fsync) and the queue's mutex only around its bookkeeping; Peek
+// reads the disk outside both; the batched fsync and the ack mark run in
+// Run's goroutine outside both. Call Close after Run has returned.
 type Queue struct {
 	cfg     QueueConfig
 	log     *slog.Logger
@@ -191,6 +197,7 @@ type Queue struct {
 	diskOnly  uint64 // samples with seq <= diskOnly may be on disk only
 	memBytes  int64  // memory mode: estimate of mem's size
 	pendBytes int64  // disk mode: estimate of the unwritten samples' size (mem[memOff+written:])
+	writtenTo uint64 // disk mode: every handed-off sample up to here is written (or was acked)
 	diskErr   error  // disk mode: the write error that put the queue in memory; nil = on disk
 	diskSince time.Time
 	diskLog   time.Time // last "still in memory" line
@@ -231,6 +238,8 @@ type Queue struct {
 
 	// open opens a segment for reading: os.Open, or a test's fault.
 	open func(path string) (*os.File, error)
+	// fsync syncs a segment file: (*os.File).Sync, or a test's slow disk.
+	fsync func(*os.File) error
 }
 
 type cursor struct {
@@ -263,7 +272,7 @@ func OpenQueue(cfg QueueConfig) (*Queue, error) {
 		seg = min(max(cfg.MaxBytes/16, 1<<10), 8<<20)
 	}
 	q := &Queue{cfg: cfg, log: cfg.Logger, segSize: seg, kick: make(chan struct{}, 1), wake: make(chan struct{}),
-		names: make(map[string]string), badRecs: make(map[cursor]struct{}), open: os.Open}
+		names: make(map[string]string), badRecs: make(map[cursor]struct{}), open: os.Open, fsync: (*os.File).Sync}
 	if cfg.Dir == "" {
 		return q, nil
 	}
@@ -381,27 +390,51 @@ func (q *Queue) scanSegment(path string, first uint64) (*segment, error) {
 // its strings (an estimate; the strings are usually shared with the ring).
 func estBytes(s *Sample) int64 { return 64 + int64(len(s.Device)+len(s.Tag)) }
 
-// Append takes a batch (consecutive seqs, as the ring numbers them). It is
-// called under the ring's lock. With a directory it writes the batch to the
-// active segment at once (one write(2) into the page cache, so a SIGKILL a
-// moment later loses nothing); fsync is left to Run, per policy, outside
-// this path (except with FsyncAlways, which syncs every write: the user's
-// choice of durability over poll latency). Segment rolls (every MaxBytes/16)
-// happen here too. While the disk fails (full, read-only, I/O errors) the
-// queue keeps to memory: Append writes nothing, Run retries the disk, and
-// the oldest samples beyond MaxBytes (disk and memory together) are dropped
-// and counted. In memory mode the oldest samples beyond MaxBytes are
-// dropped and counted.
+// Append is HandOff then Persist: for a caller that holds no other lock.
 func (q *Queue) Append(batch []Sample) {
 	if len(batch) == 0 {
 		return
 	}
-	if !q.handOff(batch) || q.cfg.Dir == "" {
+	q.HandOff(batch)
+	q.Persist(batch[len(batch)-1].Seq)
+}
+
+// HandOff takes a batch (consecutive seqs, as the ring numbers them) into
+// the queue's memory, in seq order: the ring calls it under its lock
+// (OnAppend). It does no I/O: readers see the batch at once; Persist writes
+// it. In memory mode (no Dir) the oldest samples beyond MaxBytes are
+// dropped and counted.
+func (q *Queue) HandOff(batch []Sample) {
+	if len(batch) > 0 {
+		q.handOff(batch)
+	}
+}
+
+// Persist writes every handed-off sample up to seq last to the active
+// segment (one write(2) per record into the page cache, so a SIGKILL a
+// moment later loses nothing), and with FsyncAlways syncs it, before it
+// returns. The ring calls it after releasing its lock (AfterAppend): only
+// the appender waits for the disk. Concurrent appenders share the work (a
+// group commit): the first to take the writer lock writes and syncs what
+// all have handed off; the others find theirs done. Segment rolls (every
+// MaxBytes/16) happen here too. While the disk fails (full, read-only, I/O
+// errors) it writes nothing (Run retries with backoff, see Queue).
+func (q *Queue) Persist(last uint64) {
+	if q.cfg.Dir == "" {
 		return
 	}
 	q.wmu.Lock() // lock order: wmu, then mu (as in flush)
 	defer q.wmu.Unlock()
+	q.mu.Lock()
+	done := q.writtenTo >= last || q.head >= last
+	q.mu.Unlock()
+	if done {
+		return
+	}
 	for q.writeOnce(false) {
+	}
+	if q.cfg.Fsync == FsyncAlways && q.dirty && q.wf != nil {
+		q.sync()
 	}
 }
 
@@ -936,6 +969,9 @@ func (q *Queue) flush(final bool) {
 	q.wmu.Lock()
 	for q.writeOnce(final) {
 	}
+	if q.cfg.Fsync == FsyncAlways && q.dirty && q.wf != nil {
+		q.sync() // under wmu: whoever takes it next finds the writes synced (Persist)
+	}
 	now := time.Now()
 	var f *os.File
 	if q.dirty && q.wf != nil && (final || q.cfg.Fsync == FsyncBatched && now.Sub(q.lastSync) >= q.cfg.FsyncInterval) {
@@ -944,7 +980,7 @@ func (q *Queue) flush(final bool) {
 	q.wmu.Unlock()
 	if f != nil {
 		// A roll may close f meanwhile; it syncs a dirty file before closing.
-		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+		if err := q.fsync(f); err != nil && !errors.Is(err, os.ErrClosed) {
 			q.logErr("sync", err)
 			q.wmu.Lock()
 			q.dirty = q.dirty || q.wf == f
@@ -964,7 +1000,7 @@ func (q *Queue) flush(final bool) {
 
 // sync syncs the active file (wmu held): for FsyncAlways and before a close.
 func (q *Queue) sync() {
-	if err := q.wf.Sync(); err != nil {
+	if err := q.fsync(q.wf); err != nil {
 		q.logErr("sync", err)
 		return
 	}
@@ -1023,6 +1059,9 @@ func (q *Queue) writeOnce(force bool) bool {
 		q.pendBytes -= estBytes(&s)
 	}
 	q.written += done
+	if done > 0 {
+		q.writtenTo = max(q.writtenTo, take[done-1].Seq)
+	}
 	if done > skip && q.diskErr != nil {
 		q.log.Info("ringstore: queue: writing to disk again", "dir", q.cfg.Dir, "after", errText(q.diskErr),
 			"in_memory", len(q.mem)-q.memOff-q.written, "dropped_total", q.dropped, "since", q.diskSince.Format(time.RFC3339))
@@ -1056,9 +1095,6 @@ func (q *Queue) writeBytes(first uint64, b []byte) error {
 		return err
 	}
 	q.dirty = true
-	if q.cfg.Fsync == FsyncAlways {
-		q.sync()
-	}
 	return nil
 }
 

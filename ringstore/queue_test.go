@@ -437,7 +437,8 @@ func TestQueueRingConsumer(t *testing.T) {
 			ring := NewRing(50, seq)
 			q := openQ(t, QueueConfig{Dir: dir, SegmentBytes: 16 << 10})
 			defer q.Close()
-			ring.OnAppend(q.Append)
+			ring.OnAppend(q.HandOff)
+			ring.AfterAppend(q.Persist)
 			runQ(t, q)
 			const polls, producers = 500, 4
 			first := seq.Last() + 1
