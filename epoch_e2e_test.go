@@ -152,6 +152,9 @@ func seqsOf(t *testing.T, lines []recvLine, epoch string) []uint64 {
 
 // hasAll reports whether seqs (sorted) holds every number from first to last.
 func hasAll(seqs []uint64, first, last uint64) bool {
+	if last < first {
+		return false
+	}
 	i := sort.Search(len(seqs), func(i int) bool { return seqs[i] >= first })
 	return i < len(seqs) && seqs[i] == first && i+int(last-first) < len(seqs) && seqs[i+int(last-first)] == last
 }
@@ -234,7 +237,11 @@ func (g *runningGW) status(t *testing.T) epochStatus {
 // wait began, and returns that seq.
 func (r *epochRig) waitDelivered(g *runningGW, first uint64, limit time.Duration) (string, uint64) {
 	r.t.Helper()
-	st := g.status(r.t)
+	var st epochStatus
+	testenv.WaitFor(r.t, limit, fmt.Sprintf("the gateway numbers seq %d", first), func() bool {
+		st = g.status(r.t)
+		return st.Seq >= first
+	})
 	testenv.WaitFor(r.t, limit, fmt.Sprintf("epoch %s seqs %d..%d at the receiver", st.Epoch, first, st.Seq), func() bool {
 		return hasAll(seqsOf(r.t, received(r.t, r.recvOut), st.Epoch), first, st.Seq)
 	})
@@ -243,8 +250,9 @@ func (r *epochRig) waitDelivered(g *runningGW, first uint64, limit time.Duration
 
 var gapsRE = regexp.MustCompile(`(\d+) gaps \((\d+) samples\)`)
 
-// stopReceiver stops the receiver with SIGTERM and returns the gaps it reported.
-func (r *epochRig) stopReceiver() (gaps uint64) {
+// stopReceiverGaps stops the receiver with SIGTERM and returns the gaps it
+// reported and the samples they hold.
+func (r *epochRig) stopReceiverGaps() (gaps, samples uint64) {
 	r.t.Helper()
 	r.recv.term(10 * time.Second)
 	m := gapsRE.FindStringSubmatch(r.recv.log())
@@ -252,10 +260,16 @@ func (r *epochRig) stopReceiver() (gaps uint64) {
 		r.t.Fatalf("receiver printed no totals:\n%s", r.recv.log())
 	}
 	gaps, _ = strconv.ParseUint(m[1], 10, 64)
-	if gaps != 0 || strings.Contains(r.recv.log(), "gap in sequence") {
+	samples, _ = strconv.ParseUint(m[2], 10, 64)
+	return gaps, samples
+}
+
+// stopReceiver stops the receiver and fails the test if it reported a gap.
+func (r *epochRig) stopReceiver() {
+	r.t.Helper()
+	if gaps, _ := r.stopReceiverGaps(); gaps != 0 || strings.Contains(r.recv.log(), "gap in sequence") {
 		r.t.Errorf("receiver reported gaps:\n%s", r.recv.log())
 	}
-	return gaps
 }
 
 // A wiped data_dir (as every reboot of an OpenWrt box whose /var is RAM),

@@ -84,7 +84,8 @@ func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
 		return nil, err
 	}
 	if queue != nil {
-		ring.OnAppend(g.queue.Append)
+		ring.OnAppend(g.queue.HandOff)    // under the ring's lock: memory only
+		ring.AfterAppend(g.queue.Persist) // after it: the disk write
 		g.up = new(stats.Upstream)
 		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.sched.Devices, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
 			return nil, err

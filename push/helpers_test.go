@@ -101,7 +101,8 @@ func newGateway(t *testing.T, dir string) *gateway {
 		t.Fatal(err)
 	}
 	g := &gateway{ring: ringstore.NewRing(200, seq), q: q}
-	g.ring.OnAppend(q.Append)
+	g.ring.OnAppend(q.HandOff)
+	g.ring.AfterAppend(q.Persist)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = q.Run(ctx) }()

@@ -162,4 +162,6 @@ func (p *Pusher) publishState() {
 	p.st.QueueBytes.Store(qs.Bytes)
 	p.st.OldestUnackUS.Store(qs.OldestTS)
 	p.st.Dropped.Store(qs.Dropped)
+	p.st.QueueMode.Store(qs.Mode)
+	p.st.QueueCorrupt.Store(qs.Corrupt)
 }

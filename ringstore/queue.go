@@ -13,21 +13,21 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
 // Queue defaults.
 const (
-	DefaultQueueMaxBytes   = 64 << 20
-	DefaultFsyncInterval   = time.Second
-	DefaultQueueMaxPending = 1 << 16
-	queueCacheSamples      = 8192 // written samples kept in memory for Peek
-	maxRecordSamples       = 256  // samples per record
-	maxDropRanges          = 1024 // DroppedRanges kept (the counter is exact regardless)
-	ackFile                = "queue.ack"
-	skipFile               = "queue.skips"
-	maxSkips               = 64 // skips kept (the oldest go first; each is a restart)
-	segSuffix              = ".seg"
+	DefaultQueueMaxBytes = 64 << 20
+	DefaultFsyncInterval = time.Second
+	queueCacheSamples    = 8192 // written samples kept in memory for Peek
+	maxRecordSamples     = 256  // samples per record
+	maxDropRanges        = 1024 // DroppedRanges kept (the counter is exact regardless)
+	ackFile              = "queue.ack"
+	skipFile             = "queue.skips"
+	maxSkips             = 64 // skips kept (the oldest go first; each is a restart)
+	segSuffix            = ".seg"
 )
 
 // Fsync policies.
@@ -44,7 +44,6 @@ type QueueConfig struct {
 	Fsync         string        // FsyncBatched (default), FsyncAlways or FsyncNever
 	FsyncInterval time.Duration // for FsyncBatched, and how often the ack mark is saved (1s)
 	SegmentBytes  int64         // segment file size (MaxBytes/16 within [1 KiB, 8 MiB])
-	MaxPending    int           // hand-off buffer between Append and the writer, in samples (65536)
 	Logger        *slog.Logger
 }
 
@@ -57,7 +56,8 @@ type QueueStats struct {
 	Bytes         int64      // bytes they take (disk; the head segment prorated) or their memory estimate
 	OldestTS      int64      // TS of the oldest unacknowledged sample, 0 if none
 	Acked         uint64     // everything <= Acked is acknowledged (or dropped)
-	Unwritten     int64      // samples in the hand-off buffer, not yet written to disk
+	Unwritten     int64      // samples held in memory, not (yet) written to disk
+	Mode          string     // "disk", "memory" (no Dir), or "memory (disk: <error>)" while the disk fails
 	Dropped       uint64     // samples dropped (bound exceeded, hand-off full, not writable at shutdown)
 	Corrupt       uint64     // records skipped because their checksum failed (logged with file and offset)
 	DroppedRanges []SeqRange // where the drops were (first 1024 ranges)
@@ -115,7 +115,8 @@ func (s *segment) add(first, last uint64) {
 }
 
 // Queue is the durable store-and-forward queue between the ring and the
-// upstream pusher: the ring's OnAppend hook hands it every batch, the pusher
+// upstream pusher: the ring hands it every batch (HandOff under the ring's
+// lock, Persist after it), the pusher
 // reads the oldest unacknowledged samples (Peek, PeekAfter) and removes them
 // only on acknowledgement (Ack) — a transaction, as telegraf's buffer does.
 //
@@ -148,10 +149,21 @@ func (s *segment) add(first, last uint64) {
 // receivers dedup by (gateway, epoch, seq) — but an unacknowledged sample is never
 // skipped.
 //
-// Memory and latency: Append runs under the ring's lock, so it does one
-// write(2) and never an fsync (except FsyncAlways); when the disk fails,
-// batches wait in a bounded hand-off buffer (MaxPending samples; full = the
-// batch is dropped and counted) for Run to retry. The last 8192
+// Disk faults never stop the queue: when a write fails (no space left,
+// read-only file system, I/O error) the queue keeps new samples in memory
+// (Mode "memory (disk: <error>)", QueueHealth false), MaxBytes bounding disk
+// and memory together (the oldest samples beyond it dropped and counted),
+// logs the change once and then at most once a minute, and Run retries the
+// disk with backoff (0.5 s to 10 s): the first write that succeeds takes the
+// queue back to disk by itself. What is still in memory at Close is
+// counted as dropped and logged.
+//
+// Memory and latency: the ring hands batches over under its lock
+// (HandOff: memory only) and writes them after releasing it (Persist: one
+// write(2) per record, and with FsyncAlways one fsync shared by the
+// appenders waiting then), so a slow disk delays only the poll whose
+// samples are being written, never other pollers or readers. With the
+// batched policy the fsync runs in Run's goroutine. The last 8192
 // written samples stay in memory so that a sender keeping up never reads
 // the disk. Memory-only mode (Dir "") keeps the same semantics in RAM with
 // MaxBytes bounding an estimate of the samples' size.
@@ -164,11 +176,12 @@ func (s *segment) add(first, last uint64) {
 // A segment is a few lines of code here: append-only records, whole-file
 // delete.
 //
-// Concurrency: all methods are safe for concurrent use. Append takes the
-// writer lock (wmu) for one write(2); Append and Ack take the queue's mutex
-// for a short, disk-free critical section; Peek reads the disk outside both; fsync
-// and the ack mark run in Run's goroutine outside both. Call Close after Run
-// has returned.
+// Concurrency: all methods are safe for concurrent use. HandOff and Ack
+// take the queue's mutex for a short, disk-free critical section; Persist
+// takes the writer lock (wmu) for the writes (and, with FsyncAlways, the
+// shared fsync) and the queue's mutex only around its bookkeeping; Peek
+// reads the disk outside both; the batched fsync and the ack mark run in
+// Run's goroutine outside both. Call Close after Run has returned.
 type Queue struct {
 	cfg     QueueConfig
 	log     *slog.Logger
@@ -183,6 +196,15 @@ type Queue struct {
 	written   int    // mem[memOff:memOff+written] is on disk (disk mode)
 	diskOnly  uint64 // samples with seq <= diskOnly may be on disk only
 	memBytes  int64  // memory mode: estimate of mem's size
+	pendBytes int64  // disk mode: estimate of the unwritten samples' size (mem[memOff+written:])
+	writtenTo uint64 // disk mode: every handed-off sample up to here is written (or was acked)
+	diskErr   error  // disk mode: the write error that put the queue in memory; nil = on disk
+	diskSince time.Time
+	diskLog   time.Time // last "still in memory" line
+	diskRetry time.Time // no write attempt before this while diskErr is set
+	diskWait  time.Duration
+	dropLog   time.Time // last "full, dropped" line
+	dropLogN  uint64    // samples dropped since
 	dropped   uint64
 	ranges    []SeqRange
 	recovered int64
@@ -216,6 +238,8 @@ type Queue struct {
 
 	// open opens a segment for reading: os.Open, or a test's fault.
 	open func(path string) (*os.File, error)
+	// fsync syncs a segment file: (*os.File).Sync, or a test's slow disk.
+	fsync func(*os.File) error
 }
 
 type cursor struct {
@@ -240,9 +264,6 @@ func OpenQueue(cfg QueueConfig) (*Queue, error) {
 	if cfg.FsyncInterval <= 0 {
 		cfg.FsyncInterval = DefaultFsyncInterval
 	}
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = DefaultQueueMaxPending
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -251,15 +272,16 @@ func OpenQueue(cfg QueueConfig) (*Queue, error) {
 		seg = min(max(cfg.MaxBytes/16, 1<<10), 8<<20)
 	}
 	q := &Queue{cfg: cfg, log: cfg.Logger, segSize: seg, kick: make(chan struct{}, 1), wake: make(chan struct{}),
-		names: make(map[string]string), badRecs: make(map[cursor]struct{}), open: os.Open}
+		names: make(map[string]string), badRecs: make(map[cursor]struct{}), open: os.Open, fsync: (*os.File).Sync}
 	if cfg.Dir == "" {
 		return q, nil
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
-		return nil, fmt.Errorf("ringstore: queue: %w", err)
+		q.degrade(err) // a read-only or failing data_dir: the gateway runs, the queue keeps to memory
+		return q, nil
 	}
 	if err := q.recover(); err != nil {
-		return nil, err
+		q.degrade(err)
 	}
 	return q, nil
 }
@@ -307,7 +329,7 @@ func (q *Queue) recover() error {
 		}
 		if s.count() == 0 || s.last() <= q.head {
 			if err := os.Remove(path); err != nil {
-				return fmt.Errorf("ringstore: queue: %w", err)
+				q.log.Warn("ringstore: queue: acknowledged segment not removed", "file", path, "err", err)
 			}
 			continue
 		}
@@ -368,40 +390,63 @@ func (q *Queue) scanSegment(path string, first uint64) (*segment, error) {
 // its strings (an estimate; the strings are usually shared with the ring).
 func estBytes(s *Sample) int64 { return 64 + int64(len(s.Device)+len(s.Tag)) }
 
-// Append takes a batch (consecutive seqs, as the ring numbers them). It is
-// called under the ring's lock. With a directory it writes the batch to the
-// active segment at once (one write(2) into the page cache, so a SIGKILL a
-// moment later loses nothing); fsync is left to Run, per policy, outside
-// this path (except with FsyncAlways, which syncs every write: the user's
-// choice of durability over poll latency). Segment rolls (every MaxBytes/16)
-// happen here too. If the disk fails, the batch waits in a bounded buffer
-// (MaxPending samples) for Run to retry; when that is full the batch is
-// dropped and counted. In memory mode the oldest samples beyond MaxBytes are
-// dropped and counted.
+// Append is HandOff then Persist: for a caller that holds no other lock.
 func (q *Queue) Append(batch []Sample) {
 	if len(batch) == 0 {
 		return
 	}
-	if q.cfg.Dir == "" {
+	q.HandOff(batch)
+	q.Persist(batch[len(batch)-1].Seq)
+}
+
+// HandOff takes a batch (consecutive seqs, as the ring numbers them) into
+// the queue's memory, in seq order: the ring calls it under its lock
+// (OnAppend). It does no I/O: readers see the batch at once; Persist writes
+// it. In memory mode (no Dir) the oldest samples beyond MaxBytes are
+// dropped and counted.
+func (q *Queue) HandOff(batch []Sample) {
+	if len(batch) > 0 {
 		q.handOff(batch)
+	}
+}
+
+// Persist writes every handed-off sample up to seq last to the active
+// segment (one write(2) per record into the page cache, so a SIGKILL a
+// moment later loses nothing), and with FsyncAlways syncs it, before it
+// returns. The ring calls it after releasing its lock (AfterAppend): only
+// the appender waits for the disk. Concurrent appenders share the work (a
+// group commit): the first to take the writer lock writes and syncs what
+// all have handed off; the others find theirs done. Segment rolls (every
+// MaxBytes/16) happen here too. While the disk fails (full, read-only, I/O
+// errors) it writes nothing (Run retries with backoff, see Queue).
+func (q *Queue) Persist(last uint64) {
+	if q.cfg.Dir == "" {
 		return
 	}
 	q.wmu.Lock() // lock order: wmu, then mu (as in flush)
 	defer q.wmu.Unlock()
-	if q.handOff(batch) {
-		for q.writeOnce() {
-		}
+	q.mu.Lock()
+	done := q.writtenTo >= last || q.head >= last
+	q.mu.Unlock()
+	if done {
+		return
+	}
+	for q.writeOnce(false) {
+	}
+	if q.cfg.Fsync == FsyncAlways && q.dirty && q.wf != nil {
+		q.sync()
 	}
 }
 
 // handOff adds the batch to the in-memory queue and wakes readers and the
-// writer. It reports false when the batch was dropped.
+// writer. It reports false when the batch was dropped (queue closed).
 func (q *Queue) handOff(batch []Sample) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := len(batch)
-	if q.closed || (q.cfg.Dir != "" && len(q.mem)-q.memOff-q.written+n > q.cfg.MaxPending) {
+	if q.closed {
 		q.addDrop(batch[0].Seq, batch[n-1].Seq, uint64(n))
+		q.log.Error("ringstore: queue: samples after close dropped", "samples", n, "first", batch[0].Seq)
 		return false
 	}
 	q.mem = append(q.mem, batch...)
@@ -416,6 +461,13 @@ func (q *Queue) handOff(batch []Sample) bool {
 			q.head = max(q.head, s.Seq)
 			q.popFront()
 		}
+	} else {
+		for i := range batch {
+			q.pendBytes += estBytes(&batch[i])
+		}
+		if q.diskErr != nil {
+			q.keepBoundLocked()
+		}
 	}
 	close(q.wake)
 	q.wake = make(chan struct{})
@@ -424,6 +476,65 @@ func (q *Queue) handOff(batch []Sample) bool {
 	default:
 	}
 	return true
+}
+
+// degrade records a disk failure: the queue keeps new samples in memory
+// (bounded by MaxBytes) and Run retries the disk with backoff. One log line
+// at the change; Run adds one a minute while it lasts. Takes mu.
+func (q *Queue) degrade(err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.degradeLocked(err)
+}
+
+func (q *Queue) degradeLocked(err error) {
+	q.diskWait = min(max(2*q.diskWait, 500*time.Millisecond), 10*time.Second)
+	q.diskRetry = time.Now().Add(q.diskWait)
+	if q.diskErr == nil {
+		q.diskSince, q.diskLog = time.Now(), time.Now()
+		q.log.Error("ringstore: queue: disk write failed; keeping samples in memory (bounded by max_bytes) and retrying",
+			"dir", q.cfg.Dir, "err", err, "max_bytes", q.cfg.MaxBytes)
+	}
+	q.diskErr = err
+}
+
+// Mode is "disk", "memory" (no directory) or "memory (disk: <error>)"
+// while the disk refuses writes.
+func (q *Queue) Mode() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.modeLocked()
+}
+
+func (q *Queue) modeLocked() string {
+	switch {
+	case q.cfg.Dir == "":
+		return "memory"
+	case q.diskErr != nil:
+		return "memory (disk: " + errText(q.diskErr) + ")"
+	}
+	return "disk"
+}
+
+// errText is the system's words for err ("no space left on device") when
+// there are some, else err's text.
+func errText(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return err.Error()
+}
+
+// QueueHealth is false with a reason while a configured disk queue keeps to
+// memory because the disk fails: the gateway is not storing durably.
+func (q *Queue) QueueHealth() (ok bool, reason string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cfg.Dir != "" && q.diskErr != nil {
+		return false, "not storing: queue " + q.modeLocked()
+	}
+	return true, ""
 }
 
 func (q *Queue) popFront() {
@@ -708,7 +819,7 @@ func (q *Queue) keepBoundLocked() {
 			total += s.size * s.countAbove(q.head) / c
 		}
 	}
-	excess := total - q.cfg.MaxBytes
+	excess := total + q.pendBytes - q.cfg.MaxBytes
 	if excess <= 0 {
 		return
 	}
@@ -744,7 +855,28 @@ func (q *Queue) keepBoundLocked() {
 		q.popFront()
 		q.written--
 	}
-	q.log.Warn("ringstore: queue: full, dropped the oldest samples", "samples", n, "first", first, "last", q.head, "max_bytes", q.cfg.MaxBytes, "dropped_total", q.dropped)
+	// Then the oldest samples held in memory (not written: the disk fails).
+	for excess > 0 && q.written == 0 && len(q.mem) > q.memOff {
+		s := &q.mem[q.memOff]
+		if s.Seq > q.head {
+			q.addDrop(s.Seq, s.Seq, 1)
+			q.head = s.Seq
+			n++
+		}
+		e := estBytes(s)
+		q.pendBytes -= e
+		excess -= e
+		q.popFront()
+	}
+	if n == 0 {
+		return
+	}
+	q.dropLogN += n
+	if time.Since(q.dropLog) >= time.Minute { // one line a minute while full, with the count
+		q.log.Warn("ringstore: queue: full, dropped the oldest samples", "samples", q.dropLogN, "first", first, "last", q.head,
+			"max_bytes", q.cfg.MaxBytes, "dropped_total", q.dropped)
+		q.dropLog, q.dropLogN = time.Now(), 0
+	}
 }
 
 // Stats returns the queue's counters.
@@ -772,6 +904,7 @@ func (q *Queue) Stats() QueueStats {
 		}
 		st.Unwritten = int64(len(unwritten))
 	}
+	st.Mode = q.modeLocked()
 	head, ok := q.head, q.oldestFor == q.head+1
 	st.OldestTS = q.oldestTS
 	q.mu.Unlock()
@@ -807,9 +940,24 @@ func (q *Queue) Run(ctx context.Context) error {
 			return nil
 		case <-q.kick:
 		case <-tick.C:
+			q.logDegraded()
 		}
 		q.flush(false)
 	}
+}
+
+// logDegraded says, at most once a minute, that the queue still keeps to
+// memory, with how much it holds there and has dropped.
+func (q *Queue) logDegraded() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.diskErr == nil || time.Since(q.diskLog) < time.Minute {
+		return
+	}
+	q.diskLog = time.Now()
+	q.log.Warn("ringstore: queue: still keeping samples in memory; the disk refuses writes",
+		"dir", q.cfg.Dir, "err", q.diskErr, "in_memory", len(q.mem)-q.memOff-q.written, "dropped_total", q.dropped,
+		"since", q.diskSince.Format(time.RFC3339))
 }
 
 // flush writes anything still waiting (after a failed write), then syncs
@@ -819,7 +967,10 @@ func (q *Queue) Run(ctx context.Context) error {
 // flush, so the sync and ack-mark state has one owner.
 func (q *Queue) flush(final bool) {
 	q.wmu.Lock()
-	for q.writeOnce() {
+	for q.writeOnce(final) {
+	}
+	if q.cfg.Fsync == FsyncAlways && q.dirty && q.wf != nil {
+		q.sync() // under wmu: whoever takes it next finds the writes synced (Persist)
 	}
 	now := time.Now()
 	var f *os.File
@@ -829,7 +980,7 @@ func (q *Queue) flush(final bool) {
 	q.wmu.Unlock()
 	if f != nil {
 		// A roll may close f meanwhile; it syncs a dirty file before closing.
-		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+		if err := q.fsync(f); err != nil && !errors.Is(err, os.ErrClosed) {
 			q.logErr("sync", err)
 			q.wmu.Lock()
 			q.dirty = q.dirty || q.wf == f
@@ -849,7 +1000,7 @@ func (q *Queue) flush(final bool) {
 
 // sync syncs the active file (wmu held): for FsyncAlways and before a close.
 func (q *Queue) sync() {
-	if err := q.wf.Sync(); err != nil {
+	if err := q.fsync(q.wf); err != nil {
 		q.logErr("sync", err)
 		return
 	}
@@ -866,9 +1017,14 @@ func (q *Queue) logErr(what string, err error) {
 }
 
 // writeOnce writes up to a few thousand handed-off samples. It reports
-// whether more are waiting.
-func (q *Queue) writeOnce() bool {
+// whether more are waiting. While the disk fails it tries only when the
+// backoff has passed (or force, at shutdown).
+func (q *Queue) writeOnce(force bool) bool {
 	q.mu.Lock()
+	if q.diskErr != nil && !force && time.Now().Before(q.diskRetry) {
+		q.mu.Unlock()
+		return false
+	}
 	pending := q.mem[q.memOff+q.written:]
 	n := min(len(pending), 4*maxRecordSamples)
 	q.wbuf = append(q.wbuf[:0], pending[:n]...)
@@ -888,8 +1044,8 @@ func (q *Queue) writeOnce() bool {
 		}
 		q.enc = appendRecord(q.enc[:0], take[i:j])
 		if err := q.writeBytes(take[i].Seq, q.enc); err != nil {
-			q.logErr("write", err)
-			more = false // the rest stays pending; retried on the next kick or tick
+			q.degrade(err)
+			more = false // the rest stays in memory; retried by Run after the backoff
 			break
 		}
 		q.mu.Lock()
@@ -899,7 +1055,18 @@ func (q *Queue) writeOnce() bool {
 		done, i = j, j
 	}
 	q.mu.Lock()
+	for _, s := range take[:done] {
+		q.pendBytes -= estBytes(&s)
+	}
 	q.written += done
+	if done > 0 {
+		q.writtenTo = max(q.writtenTo, take[done-1].Seq)
+	}
+	if done > skip && q.diskErr != nil {
+		q.log.Info("ringstore: queue: writing to disk again", "dir", q.cfg.Dir, "after", errText(q.diskErr),
+			"in_memory", len(q.mem)-q.memOff-q.written, "dropped_total", q.dropped, "since", q.diskSince.Format(time.RFC3339))
+		q.diskErr, q.diskWait = nil, 0
+	}
 	for q.written > queueCacheSamples {
 		q.diskOnly = maxU(q.diskOnly, q.mem[q.memOff].Seq)
 		q.popFront()
@@ -928,9 +1095,6 @@ func (q *Queue) writeBytes(first uint64, b []byte) error {
 		return err
 	}
 	q.dirty = true
-	if q.cfg.Fsync == FsyncAlways {
-		q.sync()
-	}
 	return nil
 }
 
@@ -940,6 +1104,14 @@ func (q *Queue) roll(first uint64) error {
 	}
 	path := filepath.Join(q.cfg.Dir, fmt.Sprintf("%020d%s", first, segSuffix))
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if os.IsNotExist(err) {
+		// The directory could not be made at open (a read-only data_dir) or
+		// went away: make it now that the disk may take writes again.
+		if merr := os.MkdirAll(q.cfg.Dir, 0o750); merr != nil {
+			return merr
+		}
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	}
 	if err != nil {
 		return err
 	}

@@ -373,32 +373,58 @@ func TestQueueDropOldestMemory(t *testing.T) {
 	checkSeqs(t, peekAll(t, q), 951, 1000)
 }
 
-// Append writes at once; when the disk fails, batches wait in the bounded
-// hand-off buffer, and beyond it they are dropped and counted.
-func TestQueueHandoffFull(t *testing.T) {
-	dir := t.TempDir()
-	q := openQ(t, QueueConfig{Dir: dir, MaxPending: 10})
+// Append writes at once; when the disk fails, the queue keeps to memory
+// (mode and health say so), bounded by MaxBytes with the oldest dropped and
+// counted, and goes back to disk by itself once writes succeed.
+func TestQueueDiskFailsKeepsToMemory(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "q")
+	q := openQ(t, QueueConfig{Dir: dir, MaxBytes: 64 << 10, Fsync: FsyncNever})
+	runQ(t, q)
 	appendN(q, 1, 4)
-	if st := q.Stats(); st.Unwritten != 0 {
+	if st := q.Stats(); st.Unwritten != 0 || st.Mode != "disk" {
 		t.Fatalf("append did not write at once: %+v", st)
 	}
 	q.wmu.Lock()
 	q.closeActive() // the next write must open a new segment…
 	q.wmu.Unlock()
-	if err := os.RemoveAll(dir); err != nil { // …which now fails
+	if err := os.Rename(dir, dir+".away"); err != nil { // …which now fails:
 		t.Fatal(err)
 	}
-	appendN(q, 5, 10)           // waits in the hand-off buffer (10 samples)
-	q.Append(mkBatch(15, 1, 2)) // beyond it: dropped
+	if err := os.WriteFile(dir, nil, 0o600); err != nil { // a file where the directory was
+		t.Fatal(err)
+	}
+	appendN(q, 5, 10)
 	st := q.Stats()
-	if st.Dropped != 2 || len(st.DroppedRanges) != 1 || st.DroppedRanges[0] != (SeqRange{15, 16}) || st.Unwritten != 10 {
-		t.Fatalf("hand-off full: %+v", st)
+	if st.Unwritten != 10 || st.Dropped != 0 || !strings.HasPrefix(st.Mode, "memory (disk: not a directory") {
+		t.Fatalf("disk gone: %+v", st)
 	}
-	q.Close()                   // the 10 waiting cannot be written: dropped and counted
-	q.Append(mkBatch(17, 1, 2)) // after Close: dropped and counted too
-	if st := q.Stats(); st.Dropped != 14 {
-		t.Fatalf("after close: %+v", st)
+	if ok, why := q.QueueHealth(); ok || !strings.Contains(why, "not storing") {
+		t.Fatalf("health %v %q", ok, why)
 	}
+	// Past the bound in memory: the oldest go, counted.
+	const n = 4000 // about 77 bytes each in memory: 300 KiB
+	appendN(q, 15, n)
+	st = q.Stats()
+	if st.Dropped == 0 || st.Bytes > 64<<10 {
+		t.Fatalf("bound in memory: %+v", st)
+	}
+	// The disk comes back: Run writes what is held, by itself.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir+".away", dir); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "back on disk", func() bool { st := q.Stats(); return st.Mode == "disk" && st.Unwritten == 0 })
+	if ok, _ := q.QueueHealth(); !ok {
+		t.Fatal("health still bad on disk")
+	}
+	checkDrops(t, q, 1, 14+n)
+	if r := q.Stats().DroppedRanges; len(r) != 1 || r[0].First != 1 {
+		t.Fatalf("drops not the oldest: %v", r)
+	}
+	q.Close()
 }
 
 // TestQueueRingConsumer: the ring hands batches to the queue under its
@@ -411,7 +437,8 @@ func TestQueueRingConsumer(t *testing.T) {
 			ring := NewRing(50, seq)
 			q := openQ(t, QueueConfig{Dir: dir, SegmentBytes: 16 << 10})
 			defer q.Close()
-			ring.OnAppend(q.Append)
+			ring.OnAppend(q.HandOff)
+			ring.AfterAppend(q.Persist)
 			runQ(t, q)
 			const polls, producers = 500, 4
 			first := seq.Last() + 1
@@ -576,7 +603,7 @@ func BenchmarkQueueAppendRun(b *testing.B) {
 				batch[0].Seq, batch[1].Seq = seq, seq+1
 				seq += 2
 				q.Append(batch)
-				for i%1024 == 0 && q.Stats().Unwritten > DefaultQueueMaxPending/2 {
+				for i%1024 == 0 && q.Stats().Unwritten > 1<<15 {
 					time.Sleep(10 * time.Microsecond)
 				}
 			}

@@ -37,8 +37,9 @@ type Result struct {
 // Ring keeps the last N samples and the latest sample of every tag.
 // Safe for concurrent use: Append from any number of pollers, readers anywhere.
 type Ring struct {
-	seq *Sequence
-	sub func([]Sample) // optional: sees every appended batch, after seqs are set
+	seq   *Sequence
+	sub   func([]Sample) // optional: sees every appended batch under the lock, after seqs are set
+	after func(uint64)   // optional: called after the lock is released, with the batch's last seq
 
 	mu      sync.Mutex
 	buf     []Sample // circular, len == capacity once full
@@ -75,9 +76,17 @@ func NewRing(size int, seq *Sequence) *Ring {
 
 // OnAppend registers fn to see every appended batch (with sequence numbers
 // set) while the ring's lock is held, so it sees batches in sequence order.
-// fn must not block: it is the durable queue's hand-off. Set it before the
-// first Append.
+// fn must not block nor do I/O: it is the durable queue's hand-off
+// (Queue.HandOff). Set it before the first Append.
 func (r *Ring) OnAppend(fn func([]Sample)) { r.sub = fn }
+
+// AfterAppend registers fn, called by Append after the ring's lock is
+// released, in the appender's goroutine, with the batch's last seq: the
+// durable queue's write (Queue.Persist), done before Append returns, so a
+// poll goes on only once its samples are in the page cache, while other
+// pollers and every reader go on without waiting for the disk. Set it
+// before the first Append.
+func (r *Ring) AfterAppend(fn func(last uint64)) { r.after = fn }
 
 // Append numbers the batch (one poll of one device), stores it, updates the
 // latest values and wakes every waiter. It returns the first and last
@@ -86,6 +95,14 @@ func (r *Ring) Append(batch []Sample) (first, last uint64, err error) {
 	if len(batch) == 0 {
 		return 0, 0, nil
 	}
+	first, last = r.append(batch)
+	if r.after != nil {
+		r.after(last)
+	}
+	return first, last, nil
+}
+
+func (r *Ring) append(batch []Sample) (first, last uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	first, epoch := r.seq.ReserveEpoch(len(batch))
@@ -110,7 +127,7 @@ func (r *Ring) Append(batch []Sample) (first, last uint64, err error) {
 	}
 	close(r.wake)
 	r.wake = make(chan struct{})
-	return first, last, nil
+	return first, last
 }
 
 func (r *Ring) push(s Sample) {

@@ -81,8 +81,8 @@ type SequenceConfig struct {
 }
 
 // OpenSequence loads (or creates) the high-water mark in dir; dir "" means
-// memory only. It never fails because of the disk (see Sequence); the error
-// is for a directory that cannot be created.
+// memory only. It never fails because of the disk (see Sequence): an
+// unreadable directory gives a new epoch numbered in memory.
 func OpenSequence(dir string) (*Sequence, error) { return OpenSequenceConfig(SequenceConfig{Dir: dir}) }
 
 // OpenSequenceConfig is OpenSequence with a floor and a logger.
@@ -100,14 +100,11 @@ func OpenSequenceConfig(cfg SequenceConfig) (*Sequence, error) {
 		s.openEpoch = s.epoch
 		return s, nil
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
-		// A data_dir that cannot be created is a config error, not a disk fault.
-		if !os.IsExist(err) {
-			return nil, fmt.Errorf("ringstore: sequence: %w", err)
-		}
-	}
 	path := filepath.Join(cfg.Dir, hwmFile)
 	mark, epoch, err := readMark(path)
+	if os.IsNotExist(err) {
+		_ = os.MkdirAll(cfg.Dir, 0o750) // a failure shows at the mark's write below
+	}
 	switch {
 	case os.IsNotExist(err):
 		s.last = cfg.Floor
@@ -311,6 +308,12 @@ func (s *Sequence) Run(ctx context.Context) error {
 	retry.Stop()
 	defer retry.Stop()
 	backoff := time.Second
+	s.mu.Lock()
+	if !s.durable { // the first mark was not written at open
+		s.writing = true
+		retry.Reset(backoff)
+	}
+	s.mu.Unlock()
 	for {
 		select {
 		case <-ctx.Done():

@@ -17,6 +17,8 @@ type Upstream struct {
 	PathSinceUS   atomic.Int64  // Unix µs when Path last changed (0: never set)
 	QueueSamples  atomic.Int64  // samples waiting for an acknowledgement
 	QueueBytes    atomic.Int64  // bytes they take in the queue
+	QueueMode     atomic.Value  // string: "disk", "memory", or "memory (disk: <error>)" while the disk fails
+	QueueCorrupt  atomic.Uint64 // queue records skipped because their checksum failed
 	OldestUnackUS atomic.Int64  // Unix µs of the oldest unacknowledged sample's ts, 0 if none
 	Dropped       atomic.Uint64 // samples dropped because the queue hit its bound
 	Reconnects    atomic.Uint64 // WebSocket and MQTT reconnects
@@ -28,8 +30,10 @@ type Upstream struct {
 type UpstreamSnapshot struct {
 	Path                                    string
 	PathSinceUS                             int64
+	QueueMode                               string
 	QueueSamples, QueueBytes, OldestUnackUS int64
 	Dropped, Reconnects, SentWS, SentMQTT   uint64
+	QueueCorrupt                            uint64
 }
 
 // Snapshot copies the record.
@@ -38,8 +42,9 @@ func (u *Upstream) Snapshot() UpstreamSnapshot {
 	if p == "" {
 		p = PathOff
 	}
+	m, _ := u.QueueMode.Load().(string)
 	return UpstreamSnapshot{
-		Path: p, PathSinceUS: u.PathSinceUS.Load(), QueueSamples: u.QueueSamples.Load(), QueueBytes: u.QueueBytes.Load(),
+		Path: p, PathSinceUS: u.PathSinceUS.Load(), QueueMode: m, QueueCorrupt: u.QueueCorrupt.Load(), QueueSamples: u.QueueSamples.Load(), QueueBytes: u.QueueBytes.Load(),
 		OldestUnackUS: u.OldestUnackUS.Load(), Dropped: u.Dropped.Load(), Reconnects: u.Reconnects.Load(),
 		SentWS: u.SentWS.Load(), SentMQTT: u.SentMQTT.Load(),
 	}

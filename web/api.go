@@ -33,6 +33,9 @@ import (
 //	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":0,"rejected":0},
 //	     "ring":{"size":5760,"resume_window_s":60}}
 //	    upstream.path: off | websocket | mqtt | buffering | unauthorized ("off" when none configured).
+//	    queue (with an upstream): {"mode":"disk","corrupt":0}; mode "memory" without data_dir, and
+//	    "memory (disk: no space left on device)" while the disk refuses writes (samples then wait in
+//	    RAM, bounded by max_bytes); corrupt: queue records skipped because their checksum failed.
 //
 //	GET /healthz
 //	200 {"status":"ok","seq":1042,"uptime_s":3600,"gateway":"gw-01","version":"1.2.0"}
@@ -199,6 +202,15 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		WSDropped uint64 `json:"ws_dropped"`
 		Rejected  uint64 `json:"rejected"`
 	}
+	type queue struct {
+		Mode    string `json:"mode"`
+		Corrupt uint64 `json:"corrupt"`
+	}
+	var qj *queue
+	if s.cfg.Upstream != nil {
+		u := s.cfg.Upstream.Snapshot()
+		qj = &queue{Mode: u.QueueMode, Corrupt: u.QueueCorrupt}
+	}
 	replyJSON(w, struct {
 		Gateway  string       `json:"gateway"`
 		Version  string       `json:"version"`
@@ -206,9 +218,11 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Epoch    string       `json:"epoch"`
 		UptimeS  int64        `json:"uptime_s"`
 		Upstream upstreamJSON `json:"upstream"`
+		Queue    *queue       `json:"queue,omitempty"`
 		Clients  clients      `json:"clients"`
 		Ring     ringJSON     `json:"ring"`
 	}{
+		Queue:   qj,
 		Gateway: s.cfg.GatewayID, Version: s.cfg.Version, Seq: snap.Seq, Epoch: ringstore.FormatEpoch(snap.Epoch),
 		UptimeS: int64(now.Sub(s.started).Seconds()), Upstream: s.upstream(now),
 		Clients: clients{

@@ -227,6 +227,7 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 
 	if s.cfg.Upstream != nil {
 		u := s.upstream(now)
+		us := s.cfg.Upstream.Snapshot()
 		p.family("edgegw_upstream_path", "gauge", "1 for the upstream path in use, 0 for the others.")
 		for _, path := range []string{stats.PathOff, stats.PathWebSocket, stats.PathMQTT, stats.PathBuffering, stats.PathUnauthorized} {
 			p.sample("edgegw_upstream_path", b2f(u.Path == path), "path", path)
@@ -237,6 +238,10 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 		p.sample("edgegw_upstream_queue_bytes", float64(u.QueueBytes))
 		p.family("edgegw_upstream_oldest_unacked_age_seconds", "gauge", "Age of the oldest unacknowledged sample, 0 if none.")
 		p.sample("edgegw_upstream_oldest_unacked_age_seconds", u.OldestUnackAgeS)
+		p.family("edgegw_upstream_queue_degraded", "gauge", "1 while the durable queue keeps samples in memory because the disk refuses writes.")
+		p.sample("edgegw_upstream_queue_degraded", b2f(strings.HasPrefix(us.QueueMode, "memory (disk")))
+		p.family("edgegw_upstream_queue_corrupt_total", "counter", "Durable queue records skipped because their checksum failed.")
+		p.sample("edgegw_upstream_queue_corrupt_total", float64(us.QueueCorrupt))
 		p.family("edgegw_upstream_dropped_total", "counter", "Samples dropped because the durable queue hit its bound.")
 		p.sample("edgegw_upstream_dropped_total", float64(u.Dropped))
 		p.family("edgegw_upstream_reconnects_total", "counter", "Upstream WebSocket and MQTT reconnects.")
