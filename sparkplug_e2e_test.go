@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
 	"edgegw/internal/testenv"
 	"edgegw/sim"
+	"edgegw/sparkplug"
 )
 
 // spMetric is a metric as Tahu's decodePayload gives it.
@@ -625,4 +628,145 @@ func TestSparkplugPrimaryHostNoLoss(t *testing.T) {
 		t.Errorf("only %d counter samples checked", checked)
 	}
 	t.Logf("%d counter samples checked, %d missing, %d historical metrics replayed", checked, missing, historical)
+}
+
+// wireBytes is the size of an MQTT 3.1.1 PUBLISH packet: fixed header,
+// remaining length, topic, packet id (QoS > 0), payload.
+func wireBytes(topic string, qos byte, payload int) int {
+	rem := 2 + len(topic) + payload
+	if qos > 0 {
+		rem += 2
+	}
+	n := 1 + rem
+	for r := rem; ; r >>= 7 {
+		n++
+		if r < 128 {
+			break
+		}
+	}
+	return n
+}
+
+// Bytes on the wire per sample, Sparkplug DDATA vs the JSON per-tag topics
+// vs the JSON batch topic, all published by one gateway at once: 48 UDP
+// loggers, 2 tags, 1 s (docs/BENCHMARKS.md). EDGEGW_WIRE_SECONDS sets the
+// measured window (10 s per run).
+//
+// Two runs: the simulator's temperature and humidity (they move slowly, so
+// report by exception leaves most DDATA metrics out), and temperature with
+// a counter that changes at every poll (the worst case for DDATA: every
+// sample is sent).
+func TestSparkplugWireBytes(t *testing.T) {
+	for _, c := range []struct{ name, tag2 string }{
+		{"temperature+humidity", `{ name = "humidity", address = 1, scale = 0.1, unit = "%RH" }`},
+		{"temperature+counter", `{ name = "counter", address = 2 }`},
+	} {
+		t.Run(c.name, func(t *testing.T) { wireBytesRun(t, c.tag2) })
+	}
+}
+
+func wireBytesRun(t *testing.T, tag2 string) {
+	mosq := testenv.StartMosquitto(t)
+	fleet := runFleet(t, sim.Config{Devices: 48, Transport: "udp"})
+	secs := 10
+	if s := os.Getenv("EDGEGW_WIRE_SECONDS"); s != "" {
+		fmt.Sscan(s, &secs)
+	}
+	type class struct {
+		msgs, bytes, metrics int
+	}
+	var mu sync.Mutex
+	counting := false
+	classes := map[string]*class{"ddata": {}, "pertag": {}, "batch": {}}
+	opts := mqtt.NewClientOptions().AddBroker("tcp://" + mosq.Addr).SetClientID("wire-counter").SetOrderMatters(false)
+	c := mqtt.NewClient(opts)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	tok := c.SubscribeMultiple(map[string]byte{"spBv1.0/#": 1, "edgegw/wire/#": 1}, func(_ mqtt.Client, m mqtt.Message) {
+		var k string
+		metrics := 0
+		switch {
+		case strings.Contains(m.Topic(), "/DDATA/"):
+			k = "ddata"
+			p, err := sparkplug.DecodePayload(m.Payload())
+			if err != nil {
+				t.Errorf("DDATA: %v", err)
+			}
+			metrics = len(p.Metrics)
+		case m.Topic() == "edgegw/wire/batch":
+			k = "batch"
+			metrics = strings.Count(string(m.Payload()), `"seq":`)
+		case strings.HasPrefix(m.Topic(), "edgegw/wire/logger-") && !m.Retained():
+			k, metrics = "pertag", 1
+		default:
+			return
+		}
+		mu.Lock()
+		if counting {
+			cl := classes[k]
+			cl.msgs++
+			cl.metrics += metrics
+			cl.bytes += wireBytes(m.Topic(), m.Qos(), len(m.Payload()))
+		}
+		mu.Unlock()
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	dir := t.TempDir()
+	var b strings.Builder
+	fmt.Fprintf(&b, "[gateway]\nid = \"wire\"\n[http]\nlisten = \"127.0.0.1:0\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n")
+	fmt.Fprintf(&b, "[upstream.mqtt]\nbroker = \"tcp://%s\"\ntopic_prefix = \"edgegw/wire\"\nmode = \"fallback\"\nqos = 1\n", mosq.Addr)
+	b.WriteString("[upstream.sparkplug]\ngroup_id = \"plant\"\n")
+	fmt.Fprintf(&b, "[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1, unit = \"°C\" }, %s ]\n", tag2)
+	for i := 0; i < fleet.Len(); i++ {
+		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = \"1s\"\n", i+1, fleet.Addr(i))
+	}
+	cfg := filepath.Join(dir, "edgegw.toml")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, page := runGateway(t, cfg)
+	status := func() uint64 {
+		var s upstreamStatus
+		if err := getJSON(t, page+"api/status", &s); err != nil {
+			t.Fatal(err)
+		}
+		return s.Seq
+	}
+	// Warm up: births done, every path flowing.
+	testenv.WaitFor(t, 30*time.Second, "a first round of samples", func() bool { return status() > 200 })
+	mu.Lock()
+	counting = true
+	mu.Unlock()
+	s0, t0 := status(), time.Now()
+	deadline := t0.Add(time.Duration(secs) * time.Second)
+	testenv.WaitFor(t, time.Duration(secs+30)*time.Second, "the measured window", func() bool { return time.Now().After(deadline) })
+	s1 := status()
+	mu.Lock()
+	counting = false
+	res := map[string]class{}
+	for k, v := range classes {
+		res[k] = *v
+	}
+	mu.Unlock()
+	gw.stop(20 * time.Second)
+	samples := int(s1 - s0)
+	if samples < 96*secs/2 {
+		t.Fatalf("%d samples in %d s, want about %d", samples, secs, 96*secs)
+	}
+	for k, v := range res {
+		if v.msgs == 0 {
+			t.Fatalf("no %s messages in the window", k)
+		}
+		t.Logf("%-6s %6d msgs %8d bytes %6d samples sent: %6.1f B per acquired sample, %6.1f B per sample sent",
+			k, v.msgs, v.bytes, v.metrics, float64(v.bytes)/float64(samples), float64(v.bytes)/float64(v.metrics))
+	}
+	t.Logf("%d samples acquired in %v", samples, time.Since(t0).Round(time.Millisecond))
+	dd, pt := res["ddata"], res["pertag"]
+	if float64(dd.bytes)/float64(dd.metrics) >= float64(pt.bytes)/float64(pt.metrics) {
+		t.Errorf("a DDATA metric costs more than a per-tag JSON message")
+	}
 }
