@@ -481,7 +481,7 @@ func (n *Node) session(ctx context.Context) error {
 		return fmt.Errorf("sparkplug: subscribe: %w", orTimeout(st.Error()))
 	}
 	log.Info("sparkplug: connected", "broker", n.cfg.Broker, "node", n.Topic("NBIRTH", ""))
-	s := &sess{n: n, c: c, ev: ev, bdSeq: bdSeq, log: log, last: map[uint64]lastVal{}, dead: map[string]bool{}}
+	s := &sess{n: n, c: c, ev: ev, bdSeq: bdSeq, log: log, last: map[uint64]lastVal{}, dead: map[string]bool{}, health: map[string]*stats.Device{}}
 	return s.run(ctx)
 }
 
@@ -641,6 +641,7 @@ type sess struct {
 	liveMark uint64 // queue samples up to here are historical
 	last     map[uint64]lastVal
 	dead     map[string]bool
+	health   map[string]*stats.Device
 	inflight []pub
 	nodeLast map[uint64]Value
 }
@@ -684,6 +685,7 @@ func (s *sess) run(ctx context.Context) error {
 	snap := s.firstValues(ctx)
 	s.liveMark = snap.Seq
 	s.births(snap, true)
+	s.refreshHealth()
 	after := n.cfg.Queue.Acked()
 	check := time.NewTicker(n.cfg.CheckEvery)
 	defer check.Stop()
@@ -975,40 +977,47 @@ func (s *sess) rebirthDevice(d *devInfo) {
 }
 
 // alive reads the device's health record: dead once demoted (3 polls
-// without an answer) or without a good poll for 3 intervals.
+// without an answer) or without a good poll for 3 intervals. The records
+// are looked up by refreshHealth.
 func (s *sess) alive(d *devInfo) bool {
-	if s.n.cfg.Stats == nil {
+	st := s.health[d.Name]
+	if st == nil {
 		return true
 	}
-	for _, e := range s.n.cfg.Stats() {
-		if e.Info.Name != d.Name || e.Stats == nil {
-			continue
-		}
-		st := e.Stats
-		if st.Demoted.Load() {
+	if st.Demoted.Load() {
+		return false
+	}
+	iv := d.Interval
+	if iv <= 0 {
+		iv = time.Second
+	}
+	if st.Polls.Load() > 0 {
+		lg := st.LastGoodUS.Load()
+		if lg == 0 || time.Since(time.UnixMicro(lg)) > 3*iv {
 			return false
 		}
-		iv := d.Interval
-		if iv <= 0 {
-			iv = e.Info.Interval
-		}
-		if iv <= 0 {
-			iv = time.Second
-		}
-		if st.Polls.Load() > 0 {
-			lg := st.LastGoodUS.Load()
-			if lg == 0 || time.Since(time.UnixMicro(lg)) > 3*iv {
-				return false
-			}
-		}
-		return true
 	}
 	return true
+}
+
+// refreshHealth looks up the devices' health records (a reload may have
+// replaced them).
+func (s *sess) refreshHealth() {
+	if s.n.cfg.Stats == nil {
+		return
+	}
+	clear(s.health)
+	for _, e := range s.n.cfg.Stats() {
+		if _, ok := s.n.byName[e.Info.Name]; ok && e.Stats != nil {
+			s.health[e.Info.Name] = e.Stats
+		}
+	}
 }
 
 // checkDevices publishes DDEATH for devices gone down and DBIRTH for
 // devices back up.
 func (s *sess) checkDevices() {
+	s.refreshHealth()
 	for i := range s.n.devs {
 		d := &s.n.devs[i]
 		alive := s.alive(d)
