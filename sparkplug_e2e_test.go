@@ -770,3 +770,57 @@ func wireBytesRun(t *testing.T, tag2 string) {
 		t.Errorf("a DDATA metric costs more than a per-tag JSON message")
 	}
 }
+
+// `edgegw demo -sparkplug` prints the topic and the mosquitto_sub line of
+// its embedded broker, and an edge node answers there: a rebirth request
+// brings NBIRTH and a DBIRTH per simulated logger with its two tags.
+func TestDemoSparkplug(t *testing.T) {
+	p, _ := startDemo(t, "-sparkplug", "-devices", "4", "-interval", "200ms")
+	p.waitLine("sparkplug: topic spBv1.0/demo/+/demo/#", 10*time.Second)
+	line := p.waitLine("mosquitto_sub -h 127.0.0.1 -p ", 10*time.Second)
+	var port int
+	if _, err := fmt.Sscanf(line[strings.Index(line, "-p ")+3:], "%d", &port); err != nil || !strings.Contains(line, "-t 'spBv1.0/#'") {
+		t.Fatalf("watch line %q", line)
+	}
+	var mu sync.Mutex
+	births := map[string]sparkplug.Payload{}
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(fmt.Sprintf("tcp://127.0.0.1:%d", port)).SetClientID("demo-host").SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer c.Disconnect(100)
+	tok := c.Subscribe("spBv1.0/demo/+/demo/#", 1, func(_ mqtt.Client, m mqtt.Message) {
+		if !strings.Contains(m.Topic(), "BIRTH") {
+			return
+		}
+		pl, err := sparkplug.DecodePayload(m.Payload())
+		if err != nil {
+			t.Errorf("%s: %v", m.Topic(), err)
+		}
+		mu.Lock()
+		births[m.Topic()] = pl
+		mu.Unlock()
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	rebirth := sparkplug.Payload{Timestamp: uint64(time.Now().UnixMilli()), HasTimestamp: true, Metrics: []sparkplug.Metric{
+		{Name: sparkplug.MetricRebirth, HasName: true, Datatype: sparkplug.TypeBoolean, Value: sparkplug.Value{Kind: sparkplug.KindBool, B: true}}}}
+	if tok := c.Publish("spBv1.0/demo/NCMD/demo", 0, false, sparkplug.AppendPayload(nil, &rebirth)); !tok.WaitTimeout(10 * time.Second) {
+		t.Fatal("publish NCMD timed out")
+	}
+	testenv.WaitFor(t, 20*time.Second, "NBIRTH and 4 DBIRTHs", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(births) == 5
+	})
+	for i := 1; i <= 4; i++ {
+		if pl := births[fmt.Sprintf("spBv1.0/demo/DBIRTH/demo/logger-%02d", i)]; len(pl.Metrics) != 2 || pl.Metrics[0].Name != "temperature" {
+			t.Errorf("DBIRTH logger-%02d: %+v", i, pl)
+		}
+	}
+	c.Disconnect(100)
+	if code := p.stop(15 * time.Second); code != 0 {
+		t.Fatalf("demo exited %d on SIGINT", code)
+	}
+}
