@@ -741,7 +741,11 @@ func (s *sess) run(ctx context.Context) error {
 		case <-s.ev.rebirth:
 			s.births(n.cfg.Latest(), false)
 		case <-check.C:
-			s.checkDevices()
+			if after >= s.liveMark {
+				// Not while replaying: a DDEATH would precede the
+				// historical DDATA of the device it declares dead.
+				s.checkDevices()
+			}
 		case <-nodeData.C:
 			s.nodeData()
 		case <-wake:
