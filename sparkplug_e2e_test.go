@@ -814,12 +814,14 @@ func TestDemoSparkplug(t *testing.T) {
 		defer mu.Unlock()
 		return len(births) == 5
 	})
+	c.Disconnect(100) // no callback after this
+	mu.Lock()
+	defer mu.Unlock()
 	for i := 1; i <= 4; i++ {
 		if pl := births[fmt.Sprintf("spBv1.0/demo/DBIRTH/demo/logger-%02d", i)]; len(pl.Metrics) != 2 || pl.Metrics[0].Name != "temperature" {
 			t.Errorf("DBIRTH logger-%02d: %+v", i, pl)
 		}
 	}
-	c.Disconnect(100)
 	if code := p.stop(15 * time.Second); code != 0 {
 		t.Fatalf("demo exited %d on SIGINT", code)
 	}
