@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
 	"edgegw/internal/testenv"
 	"edgegw/sim"
+	"edgegw/sparkplug"
 )
 
 // spMetric is a metric as Tahu's decodePayload gives it.
@@ -484,5 +487,342 @@ func TestSparkplugInterop(t *testing.T) {
 	t.Logf("%d messages %v, seq wraps %d, counter DDATA %v", len(msgs), kinds, checkSeqs(t, msgs), seen)
 	if code := gw.stop(20 * time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
+	}
+}
+
+type ringSample struct {
+	Device, Tag, Quality string
+	Value                json.RawMessage
+	TS                   int64
+}
+
+// The primary host goes offline (STATE offline), the edge node publishes
+// NDEATH and stores; the host comes back: NBIRTH, DBIRTHs, then what was
+// stored, flagged is_historical, in order, before live data. Every counter
+// sample the gateway acquired over the whole run reached one of the two
+// host sessions (the counter moves at every poll; an unchanged live value
+// may be left out by report by exception, and is allowed for).
+func TestSparkplugPrimaryHostNoLoss(t *testing.T) {
+	needTahu(t)
+	mosq := testenv.StartMosquitto(t)
+	fleet := runFleet(t, sim.Config{Devices: 3, Transport: "tcp", Tick: 10 * time.Millisecond})
+	a := startTahuHost(t, mosq.Addr, "scada")
+	dir := t.TempDir()
+	gw, page := runGateway(t, spConfig(t, dir, mosq.Addr, fleet, "primary_host_id = \"scada\""))
+	_ = gw
+
+	nb := a.wait(20*time.Second, "NBIRTH at host A", isType("NBIRTH"))
+	ddata := func(h *tahuHost, from int) int {
+		n := 0
+		for _, x := range h.all()[from:] {
+			if x.typ() == "DDATA" {
+				n++
+			}
+		}
+		return n
+	}
+	testenv.WaitFor(t, 20*time.Second, "30 DDATA at host A", func() bool { return ddata(a, nb) >= 30 })
+
+	// The host says it goes offline; the node answers with NDEATH (and
+	// stops publishing data) before the host leaves.
+	before := a.count()
+	a.send(map[string]any{"op": "state", "host": "scada", "online": false})
+	a.waitFrom(before, 20*time.Second, "NDEATH after STATE offline", isType("NDEATH"))
+	a.end()
+	var st upstreamStatus
+	if err := getJSON(t, page+"api/status", &st); err != nil {
+		t.Fatal(err)
+	}
+	mark := st.Seq
+	testenv.WaitFor(t, 30*time.Second, "600 samples acquired while the host is away", func() bool {
+		var s upstreamStatus
+		return getJSON(t, page+"api/status", &s) == nil && s.Seq >= mark+600
+	})
+
+	b := startTahuHost(t, mosq.Addr, "scada")
+	nb = b.wait(20*time.Second, "NBIRTH at host B", isType("NBIRTH"))
+	live := b.waitFrom(nb, 30*time.Second, "live DDATA at host B", func(m *spMsg) bool {
+		return m.typ() == "DDATA" && len(m.Payload.Metrics) > 0 && !m.Payload.Metrics[0].IsHistorical
+	})
+	testenv.WaitFor(t, 30*time.Second, "30 live DDATA at host B", func() bool { return ddata(b, live) >= 30 })
+	var ring struct {
+		Samples []ringSample `json:"samples"`
+	}
+	if err := getJSON(t, page+"api/longPolling?lastSequence=0", &ring); err != nil {
+		t.Fatal(err)
+	}
+	if code := gw.stop(20 * time.Second); code != 0 {
+		t.Errorf("gateway exited %d", code)
+	}
+
+	// What the two host sessions got: (device, ms) of counter samples.
+	type key struct {
+		dev string
+		ms  uint64
+	}
+	got := map[key]bool{}
+	historical := 0
+	var lastB uint64
+	collect := func(msgs []spMsg, host string) {
+		ctr := map[string]uint64{}
+		liveSeen := false
+		for i := range msgs {
+			m := &msgs[i]
+			switch m.typ() {
+			case "DBIRTH":
+				ctr[m.device()] = *m.metric("counter").Alias
+			case "DDATA":
+				for _, mt := range m.Payload.Metrics {
+					if mt.IsHistorical && liveSeen {
+						t.Fatalf("host %s: historical data after live data (message %d)", host, i)
+					}
+					if !mt.IsHistorical {
+						liveSeen = true
+					} else {
+						historical++
+					}
+					if mt.Alias != nil && *mt.Alias == ctr[m.device()] {
+						got[key{m.device(), mt.Timestamp}] = true
+						if host == "B" {
+							lastB = max(lastB, mt.Timestamp)
+						}
+					}
+				}
+			}
+		}
+	}
+	collect(a.all(), "A")
+	collect(b.all(), "B")
+	var first uint64
+	for k := range got {
+		if first == 0 || k.ms < first {
+			first = k.ms
+		}
+	}
+	prev := map[string]ringSample{}
+	checked, missing := 0, 0
+	for _, s := range ring.Samples {
+		if s.Tag != "counter" {
+			continue
+		}
+		ms := uint64(s.TS / 1000)
+		p, had := prev[s.Device]
+		prev[s.Device] = s
+		if ms < first || ms > lastB {
+			continue
+		}
+		checked++
+		if got[key{s.Device, ms}] {
+			continue
+		}
+		unchanged := had && p.Quality == s.Quality && string(p.Value) == string(s.Value)
+		if !unchanged {
+			missing++
+			t.Errorf("counter sample of %s at %d ms (%s %s) reached no host", s.Device, ms, s.Value, s.Quality)
+		}
+	}
+	if historical < 300 {
+		t.Errorf("only %d historical metrics at host B, want the 600 or more samples stored while it was away", historical)
+	}
+	if checked < 150 {
+		t.Errorf("only %d counter samples checked", checked)
+	}
+	t.Logf("%d counter samples checked, %d missing, %d historical metrics replayed", checked, missing, historical)
+}
+
+// wireBytes is the size of an MQTT 3.1.1 PUBLISH packet: fixed header,
+// remaining length, topic, packet id (QoS > 0), payload.
+func wireBytes(topic string, qos byte, payload int) int {
+	rem := 2 + len(topic) + payload
+	if qos > 0 {
+		rem += 2
+	}
+	n := 1 + rem
+	for r := rem; ; r >>= 7 {
+		n++
+		if r < 128 {
+			break
+		}
+	}
+	return n
+}
+
+// Bytes on the wire per sample, Sparkplug DDATA vs the JSON per-tag topics
+// vs the JSON batch topic, all published by one gateway at once: 48 UDP
+// loggers, 2 tags, 1 s (docs/BENCHMARKS.md). EDGEGW_WIRE_SECONDS sets the
+// measured window (10 s per run).
+//
+// Two runs: the simulator's temperature and humidity (they move slowly, so
+// report by exception leaves most DDATA metrics out), and temperature with
+// a counter that changes at every poll (the worst case for DDATA: every
+// sample is sent).
+func TestSparkplugWireBytes(t *testing.T) {
+	for _, c := range []struct{ name, tag2 string }{
+		{"temperature+humidity", `{ name = "humidity", address = 1, scale = 0.1, unit = "%RH" }`},
+		{"temperature+counter", `{ name = "counter", address = 2 }`},
+	} {
+		t.Run(c.name, func(t *testing.T) { wireBytesRun(t, c.tag2) })
+	}
+}
+
+func wireBytesRun(t *testing.T, tag2 string) {
+	mosq := testenv.StartMosquitto(t)
+	fleet := runFleet(t, sim.Config{Devices: 48, Transport: "udp"})
+	secs := 10
+	if s := os.Getenv("EDGEGW_WIRE_SECONDS"); s != "" {
+		fmt.Sscan(s, &secs)
+	}
+	type class struct {
+		msgs, bytes, metrics int
+	}
+	var mu sync.Mutex
+	counting := false
+	classes := map[string]*class{"ddata": {}, "pertag": {}, "batch": {}}
+	opts := mqtt.NewClientOptions().AddBroker("tcp://" + mosq.Addr).SetClientID("wire-counter").SetOrderMatters(false)
+	c := mqtt.NewClient(opts)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	tok := c.SubscribeMultiple(map[string]byte{"spBv1.0/#": 1, "edgegw/wire/#": 1}, func(_ mqtt.Client, m mqtt.Message) {
+		var k string
+		metrics := 0
+		switch {
+		case strings.Contains(m.Topic(), "/DDATA/"):
+			k = "ddata"
+			p, err := sparkplug.DecodePayload(m.Payload())
+			if err != nil {
+				t.Errorf("DDATA: %v", err)
+			}
+			metrics = len(p.Metrics)
+		case m.Topic() == "edgegw/wire/batch":
+			k = "batch"
+			metrics = strings.Count(string(m.Payload()), `"seq":`)
+		case strings.HasPrefix(m.Topic(), "edgegw/wire/logger-") && !m.Retained():
+			k, metrics = "pertag", 1
+		default:
+			return
+		}
+		mu.Lock()
+		if counting {
+			cl := classes[k]
+			cl.msgs++
+			cl.metrics += metrics
+			cl.bytes += wireBytes(m.Topic(), m.Qos(), len(m.Payload()))
+		}
+		mu.Unlock()
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	dir := t.TempDir()
+	var b strings.Builder
+	fmt.Fprintf(&b, "[gateway]\nid = \"wire\"\n[http]\nlisten = \"127.0.0.1:0\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n")
+	fmt.Fprintf(&b, "[upstream.mqtt]\nbroker = \"tcp://%s\"\ntopic_prefix = \"edgegw/wire\"\nmode = \"fallback\"\nqos = 1\n", mosq.Addr)
+	b.WriteString("[upstream.sparkplug]\ngroup_id = \"plant\"\n")
+	fmt.Fprintf(&b, "[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1, unit = \"°C\" }, %s ]\n", tag2)
+	for i := 0; i < fleet.Len(); i++ {
+		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = \"1s\"\n", i+1, fleet.Addr(i))
+	}
+	cfg := filepath.Join(dir, "edgegw.toml")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, page := runGateway(t, cfg)
+	status := func() uint64 {
+		var s upstreamStatus
+		if err := getJSON(t, page+"api/status", &s); err != nil {
+			t.Fatal(err)
+		}
+		return s.Seq
+	}
+	// Warm up: births done, every path flowing.
+	testenv.WaitFor(t, 30*time.Second, "a first round of samples", func() bool { return status() > 200 })
+	mu.Lock()
+	counting = true
+	mu.Unlock()
+	s0, t0 := status(), time.Now()
+	deadline := t0.Add(time.Duration(secs) * time.Second)
+	testenv.WaitFor(t, time.Duration(secs+30)*time.Second, "the measured window", func() bool { return time.Now().After(deadline) })
+	s1 := status()
+	mu.Lock()
+	counting = false
+	res := map[string]class{}
+	for k, v := range classes {
+		res[k] = *v
+	}
+	mu.Unlock()
+	gw.stop(20 * time.Second)
+	samples := int(s1 - s0)
+	if samples < 96*secs/2 {
+		t.Fatalf("%d samples in %d s, want about %d", samples, secs, 96*secs)
+	}
+	for k, v := range res {
+		if v.msgs == 0 {
+			t.Fatalf("no %s messages in the window", k)
+		}
+		t.Logf("%-6s %6d msgs %8d bytes %6d samples sent: %6.1f B per acquired sample, %6.1f B per sample sent",
+			k, v.msgs, v.bytes, v.metrics, float64(v.bytes)/float64(samples), float64(v.bytes)/float64(v.metrics))
+	}
+	t.Logf("%d samples acquired in %v", samples, time.Since(t0).Round(time.Millisecond))
+	dd, pt := res["ddata"], res["pertag"]
+	if float64(dd.bytes)/float64(dd.metrics) >= float64(pt.bytes)/float64(pt.metrics) {
+		t.Errorf("a DDATA metric costs more than a per-tag JSON message")
+	}
+}
+
+// `edgegw demo -sparkplug` prints the topic and the mosquitto_sub line of
+// its embedded broker, and an edge node answers there: a rebirth request
+// brings NBIRTH and a DBIRTH per simulated logger with its two tags.
+func TestDemoSparkplug(t *testing.T) {
+	p, _ := startDemo(t, "-sparkplug", "-devices", "4", "-interval", "200ms")
+	p.waitLine("sparkplug: topic spBv1.0/demo/+/demo/#", 10*time.Second)
+	line := p.waitLine("mosquitto_sub -h 127.0.0.1 -p ", 10*time.Second)
+	var port int
+	if _, err := fmt.Sscanf(line[strings.Index(line, "-p ")+3:], "%d", &port); err != nil || !strings.Contains(line, "-t 'spBv1.0/#'") {
+		t.Fatalf("watch line %q", line)
+	}
+	var mu sync.Mutex
+	births := map[string]sparkplug.Payload{}
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(fmt.Sprintf("tcp://127.0.0.1:%d", port)).SetClientID("demo-host").SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer c.Disconnect(100)
+	tok := c.Subscribe("spBv1.0/demo/+/demo/#", 1, func(_ mqtt.Client, m mqtt.Message) {
+		if !strings.Contains(m.Topic(), "BIRTH") {
+			return
+		}
+		pl, err := sparkplug.DecodePayload(m.Payload())
+		if err != nil {
+			t.Errorf("%s: %v", m.Topic(), err)
+		}
+		mu.Lock()
+		births[m.Topic()] = pl
+		mu.Unlock()
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	rebirth := sparkplug.Payload{Timestamp: uint64(time.Now().UnixMilli()), HasTimestamp: true, Metrics: []sparkplug.Metric{
+		{Name: sparkplug.MetricRebirth, HasName: true, Datatype: sparkplug.TypeBoolean, Value: sparkplug.Value{Kind: sparkplug.KindBool, B: true}}}}
+	if tok := c.Publish("spBv1.0/demo/NCMD/demo", 0, false, sparkplug.AppendPayload(nil, &rebirth)); !tok.WaitTimeout(10 * time.Second) {
+		t.Fatal("publish NCMD timed out")
+	}
+	testenv.WaitFor(t, 20*time.Second, "NBIRTH and 4 DBIRTHs", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(births) == 5
+	})
+	c.Disconnect(100) // no callback after this
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i <= 4; i++ {
+		if pl := births[fmt.Sprintf("spBv1.0/demo/DBIRTH/demo/logger-%02d", i)]; len(pl.Metrics) != 2 || pl.Metrics[0].Name != "temperature" {
+			t.Errorf("DBIRTH logger-%02d: %+v", i, pl)
+		}
+	}
+	if code := p.stop(15 * time.Second); code != 0 {
+		t.Fatalf("demo exited %d on SIGINT", code)
 	}
 }

@@ -75,6 +75,11 @@ import "time"
 //	[upstream.mqtt] client_id        "edgegw-<gateway id>"
 //	[upstream.mqtt] per_tag_topics   true
 //	[upstream.mqtt] write_commands   false
+//	[upstream.sparkplug] group_id    (required; the section is optional)  no + # / ; needs [upstream.mqtt] broker
+//	[upstream.sparkplug] node_id     the gateway id               no + # /
+//	[upstream.sparkplug] primary_host_id  "" (none)               no + # /
+//	[upstream.sparkplug] writes      false                        DCMD writes to writable tags
+//	[upstream.sparkplug] client_id   "<mqtt client_id>-sparkplug"
 //	[buffer] max_bytes               "64MiB"                      > 0; "512KiB", "64MiB", "1GB" or an integer
 //	[buffer] fsync                   "batched"                    batched | always | never
 //	[buffer] fsync_interval          "1s"                         > 0

@@ -4,14 +4,7 @@ import "strings"
 
 // Sparkplug is the optional Sparkplug B edge node ([upstream.sparkplug]).
 // It publishes through the broker of [upstream.mqtt] (and its credentials
-// and TLS files) with a client of its own.
-//
-//	key                                  default                  valid
-//	[upstream.sparkplug] group_id        (required)               no + # / ; needs [upstream.mqtt] broker
-//	[upstream.sparkplug] node_id         the gateway id           no + # /
-//	[upstream.sparkplug] primary_host_id "" (none)                no + # /
-//	[upstream.sparkplug] writes          false                    DCMD writes to writable tags
-//	[upstream.sparkplug] client_id       "<mqtt client_id>-sparkplug"
+// and TLS files) with a client of its own. Keys and defaults: defaults.go.
 type Sparkplug struct {
 	GroupID       string
 	NodeID        string

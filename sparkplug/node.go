@@ -121,9 +121,10 @@ type Node struct {
 	start   time.Time
 	nsTopic string // spBv1.0/<group>
 
-	writes  chan writeCmd
-	refused atomic.Uint64
-	unknown atomic.Uint64 // samples of devices or tags not in the births (reload)
+	writes       chan writeCmd
+	refused      atomic.Uint64
+	refuseLogged atomic.Int64  // UnixNano of the last refusal logged
+	unknown      atomic.Uint64 // samples of devices or tags not in the births (reload)
 }
 
 type devInfo struct {
@@ -481,7 +482,7 @@ func (n *Node) session(ctx context.Context) error {
 		return fmt.Errorf("sparkplug: subscribe: %w", orTimeout(st.Error()))
 	}
 	log.Info("sparkplug: connected", "broker", n.cfg.Broker, "node", n.Topic("NBIRTH", ""))
-	s := &sess{n: n, c: c, ev: ev, bdSeq: bdSeq, log: log, last: map[uint64]lastVal{}, dead: map[string]bool{}}
+	s := &sess{n: n, c: c, ev: ev, bdSeq: bdSeq, log: log, last: map[uint64]lastVal{}, dead: map[string]bool{}, health: map[string]*stats.Device{}}
 	return s.run(ctx)
 }
 
@@ -525,10 +526,14 @@ func (n *Node) onMessage(ev *events, m mqtt.Message) {
 		ev.kick(ev.state)
 		return
 	}
+	if m.Retained() {
+		// A retained command would be carried out again at every connect.
+		n.refuse("sparkplug: retained command ignored; clear it with an empty retained message", "topic", topic)
+		return
+	}
 	p, err := DecodePayload(m.Payload())
 	if err != nil {
-		n.refused.Add(1)
-		n.log.Warn("sparkplug: undecodable command refused", "topic", topic, "err", err)
+		n.refuse("sparkplug: undecodable command refused", "topic", topic, "err", err)
 		return
 	}
 	if topic == n.Topic("NCMD", "") {
@@ -538,8 +543,7 @@ func (n *Node) onMessage(ev *events, m mqtt.Message) {
 				ev.kick(ev.rebirth)
 				continue
 			}
-			n.refused.Add(1)
-			n.log.Warn("sparkplug: NCMD metric not supported", "name", mt.Name, "alias", mt.Alias)
+			n.refuse("sparkplug: NCMD metric not supported", "name", mt.Name, "alias", mt.Alias)
 		}
 		return
 	}
@@ -555,28 +559,36 @@ func (n *Node) onMessage(ev *events, m mqtt.Message) {
 			t = n.byAlias[mt.Alias]
 		}
 		if t == nil || t.device != device {
-			n.refused.Add(1)
-			n.log.Warn("sparkplug: DCMD for an unknown metric refused", "device", device, "name", mt.Name, "alias", mt.Alias)
+			n.refuse("sparkplug: DCMD for an unknown metric refused", "device", device, "name", mt.Name, "alias", mt.Alias)
 			continue
 		}
 		v, err := numberOf(t.datatype, mt.Value)
 		switch {
 		case err != nil || mt.IsNull:
-			n.refused.Add(1)
-			n.log.Warn("sparkplug: DCMD without a value refused", "device", device, "tag", t.Name)
+			n.refuse("sparkplug: DCMD without a value refused", "device", device, "tag", t.Name)
 			continue
 		case !n.cfg.Writes || n.cfg.Writer == nil:
-			n.refused.Add(1)
-			n.log.Warn("sparkplug: DCMD refused: writes are off ([upstream.sparkplug] writes = false)", "device", device, "tag", t.Name, "value", v)
+			n.refuse("sparkplug: DCMD refused: writes are off ([upstream.sparkplug] writes = false)", "device", device, "tag", t.Name, "value", v)
 			continue
 		}
 		select {
 		case n.writes <- writeCmd{t: t, value: v}:
 		default:
-			n.refused.Add(1)
-			n.log.Warn("sparkplug: DCMD refused: write queue full", "device", device, "tag", t.Name)
+			n.refuse("sparkplug: DCMD refused: write queue full", "device", device, "tag", t.Name)
 		}
 	}
+}
+
+// refuse counts a refused command and logs it, at most once per 10 s
+// (with the number refused meanwhile): a publisher cannot flood the log.
+func (n *Node) refuse(msg string, args ...any) {
+	total := n.refused.Add(1)
+	now := time.Now().UnixNano()
+	last := n.refuseLogged.Load()
+	if now-last < int64(10*time.Second) || !n.refuseLogged.CompareAndSwap(last, now) {
+		return
+	}
+	n.log.Warn(msg, append(args, "refused_total", total)...)
 }
 
 // parseState reads a STATE payload: Sparkplug 3.0 JSON
@@ -641,6 +653,7 @@ type sess struct {
 	liveMark uint64 // queue samples up to here are historical
 	last     map[uint64]lastVal
 	dead     map[string]bool
+	health   map[string]*stats.Device
 	inflight []pub
 	nodeLast map[uint64]Value
 }
@@ -684,6 +697,7 @@ func (s *sess) run(ctx context.Context) error {
 	snap := s.firstValues(ctx)
 	s.liveMark = snap.Seq
 	s.births(snap, true)
+	s.refreshHealth()
 	after := n.cfg.Queue.Acked()
 	check := time.NewTicker(n.cfg.CheckEvery)
 	defer check.Stop()
@@ -703,6 +717,14 @@ func (s *sess) run(ctx context.Context) error {
 			}
 			s.inflight = s.inflight[1:]
 		}
+		select { // a long replay still hears a stop or a lost link
+		case <-ctx.Done():
+			s.sayDeath()
+			return ctx.Err()
+		case <-s.ev.lost:
+			return fmt.Errorf("sparkplug: connection lost: %w", s.ev.lostErr)
+		default:
+		}
 		wake := n.cfg.Queue.Wait()
 		if len(s.inflight) < n.cfg.MaxInFlight {
 			buf = n.cfg.Queue.PeekAfter(after, 500, buf[:0])
@@ -718,8 +740,7 @@ func (s *sess) run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			// Stopping: say so (a clean disconnect sends no will).
-			waitToken(context.Background(), s.c.Publish(n.Topic("NDEATH", ""), 1, false, s.death()), time.Second)
+			s.sayDeath()
 			return ctx.Err()
 		case <-s.ev.lost:
 			return fmt.Errorf("sparkplug: connection lost: %w", s.ev.lostErr)
@@ -728,9 +749,12 @@ func (s *sess) run(ctx context.Context) error {
 				s.log.Warn("sparkplug: primary host offline: NDEATH, disconnect, store until it is back", "host", n.cfg.PrimaryHostID)
 				t := s.c.Publish(n.Topic("NDEATH", ""), 1, false, s.death())
 				waitToken(ctx, t, 5*time.Second)
-				// Acknowledge what paho has written before the NDEATH.
+				// Acknowledge, in order, what paho wrote before the NDEATH.
 				for _, f := range s.inflight {
-					if isDone(f.tok) && f.tok.Error() == nil && f.last != 0 {
+					if !isDone(f.tok) || f.tok.Error() != nil {
+						break
+					}
+					if f.last != 0 {
 						n.cfg.Queue.Ack(f.last)
 					}
 				}
@@ -739,13 +763,23 @@ func (s *sess) run(ctx context.Context) error {
 		case <-s.ev.rebirth:
 			s.births(n.cfg.Latest(), false)
 		case <-check.C:
-			s.checkDevices()
+			if after >= s.liveMark {
+				// Not while replaying: a DDEATH would precede the
+				// historical DDATA of the device it declares dead.
+				s.checkDevices()
+			}
 		case <-nodeData.C:
 			s.nodeData()
 		case <-wake:
 		case <-done:
 		}
 	}
+}
+
+// sayDeath publishes NDEATH when the node stops: a clean disconnect sends
+// no will.
+func (s *sess) sayDeath() {
+	waitToken(context.Background(), s.c.Publish(s.n.Topic("NDEATH", ""), 1, false, s.death()), time.Second)
 }
 
 // death is the NDEATH payload of the session (the will's, with a fresh timestamp).
@@ -975,40 +1009,47 @@ func (s *sess) rebirthDevice(d *devInfo) {
 }
 
 // alive reads the device's health record: dead once demoted (3 polls
-// without an answer) or without a good poll for 3 intervals.
+// without an answer) or without a good poll for 3 intervals. The records
+// are looked up by refreshHealth.
 func (s *sess) alive(d *devInfo) bool {
-	if s.n.cfg.Stats == nil {
+	st := s.health[d.Name]
+	if st == nil {
 		return true
 	}
-	for _, e := range s.n.cfg.Stats() {
-		if e.Info.Name != d.Name || e.Stats == nil {
-			continue
-		}
-		st := e.Stats
-		if st.Demoted.Load() {
+	if st.Demoted.Load() {
+		return false
+	}
+	iv := d.Interval
+	if iv <= 0 {
+		iv = time.Second
+	}
+	if st.Polls.Load() > 0 {
+		lg := st.LastGoodUS.Load()
+		if lg == 0 || time.Since(time.UnixMicro(lg)) > 3*iv {
 			return false
 		}
-		iv := d.Interval
-		if iv <= 0 {
-			iv = e.Info.Interval
-		}
-		if iv <= 0 {
-			iv = time.Second
-		}
-		if st.Polls.Load() > 0 {
-			lg := st.LastGoodUS.Load()
-			if lg == 0 || time.Since(time.UnixMicro(lg)) > 3*iv {
-				return false
-			}
-		}
-		return true
 	}
 	return true
+}
+
+// refreshHealth looks up the devices' health records (a reload may have
+// replaced them).
+func (s *sess) refreshHealth() {
+	if s.n.cfg.Stats == nil {
+		return
+	}
+	clear(s.health)
+	for _, e := range s.n.cfg.Stats() {
+		if _, ok := s.n.byName[e.Info.Name]; ok && e.Stats != nil {
+			s.health[e.Info.Name] = e.Stats
+		}
+	}
 }
 
 // checkDevices publishes DDEATH for devices gone down and DBIRTH for
 // devices back up.
 func (s *sess) checkDevices() {
+	s.refreshHealth()
 	for i := range s.n.devs {
 		d := &s.n.devs[i]
 		alive := s.alive(d)

@@ -127,3 +127,30 @@ func FuzzPayload(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDDATA encodes the DDATA of one poll of a two-tag logger.
+func BenchmarkDDATA(b *testing.B) {
+	p := Payload{Timestamp: 1764450000123, HasTimestamp: true, Seq: 42, HasSeq: true, Metrics: []Metric{
+		{Alias: 16, HasAlias: true, Timestamp: 1764450000100, HasTimestamp: true, Value: Value{Kind: KindFloat, F32: 21.5}},
+		{Alias: 17, HasAlias: true, Timestamp: 1764450000100, HasTimestamp: true, Value: Value{Kind: KindFloat, F32: 45.2}},
+	}}
+	b.ReportAllocs()
+	var buf []byte
+	for b.Loop() {
+		buf = AppendPayload(buf[:0], &p)
+	}
+	b.SetBytes(int64(len(buf)))
+}
+
+// BenchmarkDecodeDCMD decodes a one-metric command.
+func BenchmarkDecodeDCMD(b *testing.B) {
+	p := Payload{Timestamp: 1764450000123, HasTimestamp: true, Metrics: []Metric{
+		{Name: "setpoint", HasName: true, Datatype: TypeInt16, Value: Value{Kind: KindInt, U: 55}}}}
+	enc := AppendPayload(nil, &p)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodePayload(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
