@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,6 +130,21 @@ func TestDemoPageHistoryViewsAndStale(t *testing.T) {
 	b.WaitJS(5*time.Second, "the overview", `!document.body.classList.contains('viewing')`, "")
 	b.Screenshot(filepath.Join(shots, "page-phone.png"))
 	b.Viewport(1280, 900, false)
+
+	// The gateway freezes (SIGSTOP: the connection stays open, nothing comes,
+	// as when the network goes away silently): within 5 s the page says so.
+	b.WaitJS(10*time.Second, "live", `document.body.dataset.live === 'live'`, `document.body.dataset.live`)
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	took = b.WaitJS(5*time.Second, "the page to show the values as stale while the gateway is frozen",
+		`document.body.dataset.live === 'stale' && !document.getElementById('banner').hidden`, `document.body.dataset.live`)
+	t.Logf("stale %v after the gateway froze", took.Round(time.Millisecond))
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	took = b.WaitJS(10*time.Second, "the page live again after the freeze", `document.body.dataset.live === 'live' && document.getElementById('banner').hidden`, `document.body.dataset.live`)
+	t.Logf("live %v after the gateway thawed", took.Round(time.Millisecond))
 
 	// The gateway goes away: within 5 s every value is shown as old, with the time since.
 	u, _ := url.Parse(page)
