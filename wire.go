@@ -75,7 +75,7 @@ const (
 )
 
 // ringSampleBytes is one ring slot (ringstore.Sample: 64 bytes on 64-bit
-// targets, 48 on armv7); names share the config's strings.
+// targets, 44 on armv7); names share the config's strings.
 var ringSampleBytes = int(unsafe.Sizeof(ringstore.Sample{}))
 
 // samplesPerSecond is the configured rate: every device's tags per interval.
