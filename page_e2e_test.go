@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,6 +120,14 @@ func TestDemoPageHistoryViewsAndStale(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A short sleep (the connection dropped, as on a phone): the page resumes
+	// from its last sequence, without a reset.
+	if err := b.Eval(`ws.close()`, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJS(15*time.Second, "the page resumed", `document.body.dataset.resumes === '1' && document.body.dataset.resets === undefined && document.body.dataset.live === 'live'`,
+		`[document.body.dataset.resumes, document.body.dataset.resets, document.body.dataset.live]`)
+
 	// The same on a phone.
 	b.Viewport(390, 844, true)
 	b.WaitJS(5*time.Second, "the charts resized to the phone", `document.querySelector('#v-charts .chart canvas').getBoundingClientRect().width <= 390`, `document.querySelector('#v-charts .chart canvas').getBoundingClientRect().width`)
@@ -129,6 +138,21 @@ func TestDemoPageHistoryViewsAndStale(t *testing.T) {
 	b.WaitJS(5*time.Second, "the overview", `!document.body.classList.contains('viewing')`, "")
 	b.Screenshot(filepath.Join(shots, "page-phone.png"))
 	b.Viewport(1280, 900, false)
+
+	// The gateway freezes (SIGSTOP: the connection stays open, nothing comes,
+	// as when the network goes away silently): within 5 s the page says so.
+	b.WaitJS(10*time.Second, "live", `document.body.dataset.live === 'live'`, `document.body.dataset.live`)
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	took = b.WaitJS(5*time.Second, "the page to show the values as stale while the gateway is frozen",
+		`document.body.dataset.live === 'stale' && !document.getElementById('banner').hidden`, `document.body.dataset.live`)
+	t.Logf("stale %v after the gateway froze", took.Round(time.Millisecond))
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	took = b.WaitJS(10*time.Second, "the page live again after the freeze", `document.body.dataset.live === 'live' && document.getElementById('banner').hidden`, `document.body.dataset.live`)
+	t.Logf("live %v after the gateway thawed", took.Round(time.Millisecond))
 
 	// The gateway goes away: within 5 s every value is shown as old, with the time since.
 	u, _ := url.Parse(page)
@@ -150,6 +174,11 @@ func TestDemoPageHistoryViewsAndStale(t *testing.T) {
 	startProc(t, append([]string{"demo", "-http", u.Host, "-stats", "0"}, args...)...).waitLine("page: ", 20*time.Second)
 	took = b.WaitJS(30*time.Second, "the page live again", `document.body.dataset.live === 'live' && document.getElementById('banner').hidden`, `document.body.dataset.live`)
 	t.Logf("live again %v after the gateway returned (%v after it stopped)", took.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
+	// A new process cannot resume the page (its sequence starts above the
+	// old one's): the page takes the reset and refills its trends from the
+	// history, which kept the closed minutes in data_dir.
+	b.WaitJS(10*time.Second, "the reset taken and the trends refilled", `document.body.dataset.resets === '1' && [...document.querySelectorAll('path.line')].every(p => /L/.test(p.getAttribute('d')))`,
+		`document.body.dataset.resets`)
 	t.Logf("screenshots in %s", shots)
 }
 

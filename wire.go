@@ -79,7 +79,7 @@ const (
 )
 
 // ringSampleBytes is one ring slot (ringstore.Sample: 64 bytes on 64-bit
-// targets, 48 on armv7); names share the config's strings.
+// targets, 44 on armv7); names share the config's strings.
 var ringSampleBytes = int(unsafe.Sizeof(ringstore.Sample{}))
 
 // samplesPerSecond is the configured rate: every device's tags per interval.
@@ -110,7 +110,8 @@ func ringSize(c *conf.Config) (int, time.Duration) {
 
 // historyConfig maps the config onto history's Config.
 func historyConfig(c *conf.Config, devices func() []stats.Entry, log *slog.Logger) history.Config {
-	hc := history.Config{Devices: devices, Logger: log}
+	hc := history.Config{Devices: devices, Logger: log,
+		RawWindow: c.History.RawWindow, FineKeep: c.History.FineKeep, Keep: c.History.Keep}
 	if c.Gateway.DataDir != "" {
 		hc.Dir = filepath.Join(c.Gateway.DataDir, "history")
 	}

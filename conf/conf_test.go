@@ -165,7 +165,8 @@ tags = [ { name = "c", register = "coil", address = 0 } ]
 			MQTT:      MQTT{TopicPrefix: "edgegw/" + host, Mode: MQTTOff, QoS: 1, ClientID: "edgegw-" + host, PerTagTopics: true},
 			TSUnit:    "us",
 		},
-		Buffer: Buffer{MaxBytes: 64 << 20, Fsync: "batched", FsyncInterval: time.Second},
+		Buffer:  Buffer{MaxBytes: 64 << 20, Fsync: "batched", FsyncInterval: time.Second},
+		History: History{RawWindow: 10 * time.Minute, FineKeep: 6 * time.Hour, Keep: 7 * 24 * time.Hour},
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)

@@ -14,6 +14,7 @@ type Config struct {
 	Devices  []Device  // in file order
 	Upstream Upstream
 	Buffer   Buffer
+	History  History
 
 	// AllowEmpty (top-level allow_empty): a reload may leave no device
 	// polling. Without it a reload to zero devices is refused.
@@ -253,6 +254,13 @@ const (
 )
 
 // Buffer is the durable store-and-forward queue (used when Gateway.DataDir is set).
+// History is the gateway's own history (the page's trends, /api/history).
+type History struct {
+	RawWindow time.Duration // raw samples kept per tag
+	FineKeep  time.Duration // 1-minute buckets kept in RAM
+	Keep      time.Duration // 10-minute buckets in RAM, 1-minute ones in data_dir
+}
+
 type Buffer struct {
 	MaxBytes      int64  // oldest dropped and counted beyond it
 	Fsync         string // batched | always | never

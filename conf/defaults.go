@@ -83,6 +83,9 @@ import "time"
 //	[buffer] max_bytes               "64MiB"                      > 0; "512KiB", "64MiB", "1GB" or an integer
 //	[buffer] fsync                   "batched"                    batched | always | never
 //	[buffer] fsync_interval          "1s"                         > 0
+//	[history] raw_window             "10m" (≤ 1200 samples a tag)  > 0
+//	[history] fine_keep              "6h" (1-minute buckets, RAM)  >= 1m
+//	[history] keep                   "168h" (10-minute in RAM, 1-minute in data_dir)  >= 10m
 //
 // Sizes take B, KB/MB/GB/TB (powers of 1000) and KiB/MiB/GiB/TiB (powers of
 // 1024), or a plain integer of bytes. Durations are Go durations ("200ms",
@@ -143,6 +146,10 @@ const (
 	DefaultBufferMaxBytes = 64 << 20
 	DefaultFsync          = FsyncBatched
 	DefaultFsyncInterval  = time.Second
+
+	DefaultHistoryRawWindow = 10 * time.Minute
+	DefaultHistoryFineKeep  = 6 * time.Hour
+	DefaultHistoryKeep      = 7 * 24 * time.Hour
 )
 
 // DefaultHealthzUpstreamMaxDown is [http] healthz_upstream_max_down.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // config reads every section of the root table.
@@ -20,6 +21,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	d.ring(root.sub("ring"), &cfg.Ring)
 	d.poll(root.sub("poll"), &cfg.Poll)
 	d.buffer(root.sub("buffer"), &cfg.Buffer)
+	d.history(root.sub("history"), &cfg.History)
 	up := root.sub("upstream")
 	d.websocket(up.sub("websocket"), &cfg.Upstream.WebSocket)
 	d.mqtt(up.sub("mqtt"), &cfg.Upstream.MQTT, cfg.Gateway.ID)
@@ -148,6 +150,19 @@ func (d *decoder) buffer(t *table, b *Buffer) {
 	b.MaxBytes = t.size("max_bytes", DefaultBufferMaxBytes)
 	b.Fsync = t.oneOf("fsync", DefaultFsync, FsyncBatched, FsyncAlways, FsyncNever)
 	b.FsyncInterval = t.positive("fsync_interval", DefaultFsyncInterval, false)
+	t.done()
+}
+
+func (d *decoder) history(t *table, h *History) {
+	h.RawWindow = t.positive("raw_window", DefaultHistoryRawWindow, false)
+	h.FineKeep = t.positive("fine_keep", DefaultHistoryFineKeep, false)
+	h.Keep = t.positive("keep", DefaultHistoryKeep, false)
+	if h.FineKeep < time.Minute {
+		t.errf("fine_keep", "%s %v: must be at least one bucket (1m)", t.name("fine_keep"), h.FineKeep)
+	}
+	if h.Keep < 10*time.Minute {
+		t.errf("keep", "%s %v: must be at least one bucket (10m)", t.name("keep"), h.Keep)
+	}
 	t.done()
 }
 

@@ -251,6 +251,10 @@ func (d *disk) write(now time.Time, recs []record) (int, error) {
 	le.PutUint32(p[4:], crc32.ChecksumIEEE(p[8:]))
 	d.buf = p
 	if _, err := d.f.Write(p); err != nil {
+		// What follows a torn batch would not be read back: the next write
+		// starts a new file.
+		_ = d.f.Close()
+		d.f = nil
 		return written, err
 	}
 	written += len(p)

@@ -353,6 +353,7 @@ func (s *Store) Flush() error {
 	s.written.Add(uint64(n))
 	if err != nil {
 		s.writeErrs.Add(1)
+		s.dropped.Add(uint64(len(recs)))
 		return fmt.Errorf("history: write %d buckets: %w", len(recs), err)
 	}
 	return nil
@@ -389,7 +390,7 @@ func (s *Store) Run(ctx context.Context) error {
 type Counters struct {
 	Samples      uint64 // samples added
 	Late         uint64 // samples whose bucket had closed (kept in the raw window only)
-	Dropped      uint64 // closed buckets not written because the disk fell behind
+	Dropped      uint64 // closed buckets not written: the disk failed or fell behind
 	BytesWritten uint64 // bytes written to Dir since start
 	WriteErrors  uint64
 	Series       int

@@ -31,7 +31,7 @@ import (
 //	     "upstream":{"path":"websocket","queue_samples":12,"queue_bytes":1340,"oldest_unack_us":1764450000000000,
 //	                 "oldest_unack_age_s":0.8,"dropped":0,"reconnects":1,"sent_ws":35000,"sent_mqtt":120},
 //	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":0,"rejected":0},
-//	     "ring":{"size":5760,"resume_window_s":60}}
+//	     "ring":{"size":5760,"resume_window_s":60},"writes":false}
 //	    upstream.path: off | websocket | mqtt | buffering | unauthorized ("off" when none configured).
 //	    queue (with an upstream): {"mode":"disk","corrupt":0}; mode "memory" without data_dir, and
 //	    "memory (disk: no space left on device)" while the disk refuses writes (samples then wait in
@@ -221,6 +221,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Queue    *queue       `json:"queue,omitempty"`
 		Clients  clients      `json:"clients"`
 		Ring     ringJSON     `json:"ring"`
+		Writes   bool         `json:"writes"` // POST /api/write is on (a write token is set)
 	}{
 		Queue:   qj,
 		Gateway: s.cfg.GatewayID, Version: s.cfg.Version, Seq: snap.Seq, Epoch: ringstore.FormatEpoch(snap.Epoch),
@@ -229,7 +230,8 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 			Short: st.ShortPolling.Active, Long: st.LongPolling.Active, WS: st.WebSocket.Active,
 			WSDropped: st.WSDropped, Rejected: st.ShortPolling.Rejected + st.LongPolling.Rejected + st.WebSocket.Rejected,
 		},
-		Ring: ringJSON{Size: s.cfg.RingInfo.Size, ResumeWindowS: math.Round(s.cfg.RingInfo.Window.Seconds()*10) / 10},
+		Ring:   ringJSON{Size: s.cfg.RingInfo.Size, ResumeWindowS: math.Round(s.cfg.RingInfo.Window.Seconds()*10) / 10},
+		Writes: s.cfg.WriteToken != "" && s.cfg.Writer != nil,
 	})
 }
 

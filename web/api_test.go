@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/history"
 	"edgegw/stats"
 )
 
@@ -107,7 +108,11 @@ func TestMetricsFormat(t *testing.T) {
 	up := &stats.Upstream{}
 	up.Path.Store(stats.PathWebSocket)
 	up.SentWS.Store(77)
-	ts := startServer(t, Config{Devices: someDevices(), Upstream: up, GatewayID: "gw\"1", Version: "v1"})
+	h, err := history.Open(history.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Config{Devices: someDevices(), Upstream: up, History: h, GatewayID: "gw\"1", Version: "v1"})
 	appendBatch(t, ts.ring, "logger-01", 2, 1)
 	code, hdr, body := ts.get(t, "/metrics")
 	if code != 200 || hdr.Get("Content-Type") != metricsContentType {

@@ -1,15 +1,16 @@
 // Package web owns local delivery: the HTTP server with the three delivery
 // methods of the SCADA benchmark (short polling, long polling, WebSocket),
-// the device/health API (/api/devices, /api/status, /healthz), the
-// Prometheus exposition (/metrics), the embedded live page (/), the local
-// write API (POST /api/write) and the server's access control: bearer
-// tokens or basic auth, a CORS/origin allow-list, per-client rate limits,
-// a connection bound and optional TLS.
+// the device/health API (/api/devices, /api/status, /healthz), the history
+// API (/api/history), the Prometheus exposition (/metrics), the embedded live
+// page (/) with its chart library (/assets/), the local write API
+// (POST /api/write) and the server's access control: bearer tokens or basic
+// auth, a CORS/origin allow-list, per-client rate limits, a connection bound
+// and optional TLS.
 //
 // It never polls devices, pushes upstream or writes to the ring: it reads the
-// ring (Since, Snapshot) and the stats records through small interfaces, hands
-// writes to a Writer (edge's scheduler behind main's adapter) and imports
-// neither edge nor push. It never reads secret files: main passes tokens in.
+// ring (Since, Snapshot), the history (Query, Health) and the stats records
+// through small interfaces, hands writes to a Writer (edge's scheduler behind
+// main's adapter) and imports neither edge nor push. It never reads secret files: main passes tokens in.
 // Every client is bounded (MaxConns, MaxClients per method, rate limits,
 // MaxRequestBytes, MaxWriteBody, timeouts, a bounded WebSocket queue) and a
 // slow WebSocket client is dropped, never waited for.

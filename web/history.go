@@ -16,6 +16,7 @@ type History interface {
 	Query(device, tag string, from, to int64, step time.Duration) (*history.Points, error)
 	Health(device string, from, to int64, step time.Duration) (*history.Points, error)
 	MaxPoints() int
+	Counters() history.Counters // for /metrics
 }
 
 var _ History = (*history.Store)(nil)

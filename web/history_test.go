@@ -128,6 +128,11 @@ func TestHistoryAPI(t *testing.T) {
 			t.Errorf("%s: %d %q, want 400 with %q", c.q.Encode(), code, r.Error, c.want)
 		}
 	}
+	// Its counters are on /metrics.
+	if _, _, b := ts.get(t, "/metrics"); !strings.Contains(string(b), "\nedgegw_history_samples_total 600\n") ||
+		!strings.Contains(string(b), "\nedgegw_history_series 1\n") {
+		t.Errorf("history counters not in /metrics")
+	}
 	// A week in one request is bounded too: coarse buckets, at most max_points.
 	code, r = getHistory(t, ts, q("device", "logger-01", "tag", "t00", "from", us(7*24*time.Hour), "to", us(0)))
 	if code != 200 || len(r.TS) > 300 || r.StepUS%600e6 != 0 {

@@ -250,6 +250,23 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 		p.sample("edgegw_upstream_sent_total", float64(u.SentWS), "path", stats.PathWebSocket)
 		p.sample("edgegw_upstream_sent_total", float64(u.SentMQTT), "path", stats.PathMQTT)
 	}
+	if s.cfg.History != nil {
+		c := s.cfg.History.Counters()
+		for _, m := range []struct {
+			name, typ, help string
+			v               float64
+		}{
+			{"edgegw_history_series", "gauge", "Tags with a history.", float64(c.Series)},
+			{"edgegw_history_samples_total", "counter", "Samples recorded in the history.", float64(c.Samples)},
+			{"edgegw_history_late_samples_total", "counter", "Samples whose bucket had closed (kept in the raw window only).", float64(c.Late)},
+			{"edgegw_history_dropped_buckets_total", "counter", "Closed buckets not written to data_dir (write failed or fell behind).", float64(c.Dropped)},
+			{"edgegw_history_written_bytes_total", "counter", "Bytes of closed buckets written to data_dir.", float64(c.BytesWritten)},
+			{"edgegw_history_write_errors_total", "counter", "Failed writes of closed buckets to data_dir.", float64(c.WriteErrors)},
+		} {
+			p.family(m.name, m.typ, m.help)
+			p.sample(m.name, m.v)
+		}
+	}
 	s.appendTagMetrics(p, devs, now) // metrics_tags.go: tag values, process and Go figures
 	appendProcessMetrics(p)
 	return p.b

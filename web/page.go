@@ -45,7 +45,7 @@ func (s *Server) handlePage(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleAsset serves an embedded library file; the version is in the name,
-// so browsers may keep it for a week.
+// so browsers may keep it for a week (never a shared cache: it may need auth).
 func (s *Server) handleAsset(w http.ResponseWriter, r *http.Request) {
 	a, ok := assets[r.PathValue("file")]
 	if !ok {
@@ -55,7 +55,7 @@ func (s *Server) handleAsset(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", a.ctype)
 	h.Set("Content-Length", strconv.Itoa(len(a.body)))
-	h.Set("Cache-Control", "public, max-age=604800")
+	h.Set("Cache-Control", "private, max-age=604800") // private: it may sit behind read auth
 	h.Set("X-Content-Type-Options", "nosniff")
 	_, _ = w.Write(a.body)
 }

@@ -1,6 +1,6 @@
 // Package testenv owns what tests need from this machine: external tools
-// (socat, mosquitto, pymodbus, mbpoll, chromium), real pty pairs and a real
-// mosquitto broker on a random loopback port.
+// (socat, mosquitto, pymodbus, mbpoll, chromium, also driven over DevTools),
+// real pty pairs and a real mosquitto broker on a random loopback port.
 //
 // It is imported by _test.go files only and never by the binary.
 //
