@@ -30,12 +30,9 @@ func buildGateway(t *testing.T) string {
 // and memory flat after the warm-up (one full cycle of every event), the
 // untouched loggers' valid rate above SoakBound and never a whole field
 // interval (1 s) without a good sample.
-//
-// Two events are held back until their fixes land (issue 11): the reload
-// adding an unopenable device (crashes the gateway: set Unopenable) and
-// the wrong-password flood (starves polling: set Flood to
-// FloodWrongPassword); the flood here is plain requests without
-// credentials.
+// Every other reload adds a device that cannot open (an RTU device at a
+// missing port, a UDP device at a .invalid name) and the flood is 20
+// clients with a wrong Basic password.
 func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2-minute soak")
@@ -45,7 +42,7 @@ func TestSoak(t *testing.T) {
 	defer cancel()
 	cfg := SoakConfig{
 		Duration: 2 * time.Minute, Devices: 48, Interval: 100 * time.Millisecond, Loss: 0.01,
-		Flood: FloodPlain, Unopenable: false,
+		Flood: FloodWrongPassword, Unopenable: true,
 		Gateway: bin, Dir: t.TempDir(),
 	}
 	rep, err := RunSoak(ctx, cfg)
