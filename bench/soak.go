@@ -248,10 +248,10 @@ type LogSum struct {
 // SoakBound is the least valid rate of the untouched loggers that the soak
 // test accepts: every window the injected loss can take (a request or its
 // reply lost on every attempt) at its binomial mean + 6σ, plus one window in
-// ten for scheduling on a shared CI machine (-race, 2 cores): a timeout that
-// fires because the bus goroutine did not run in time. What the gateway
-// guarantees beyond that is checked separately: no two windows in a row
-// without a good sample (DoubleMisses == 0).
+// twenty for scheduling on a shared CI machine (-race, 2 cores): a timeout
+// that fires because the bus goroutine, or the loggers, did not run in time.
+// A flood that starves polling for its 3 s in every 60 s takes 5% on its
+// own and fails it. Gaps are checked beside it (MaxGapIntervals).
 func SoakBound(loss float64, retries int, windows uint64) float64 {
 	if windows == 0 {
 		return 0
@@ -266,7 +266,7 @@ func SoakBound(loss float64, retries int, windows uint64) float64 {
 	if p > 0 {
 		sd = math.Sqrt(n * p * (1 - p))
 	}
-	return max(0, 1-(n*p+6*sd+1)/n-0.10)
+	return max(0, 1-(n*p+6*sd+1)/n-0.05)
 }
 
 // soakLogger is one simulated logger the gateway polls.
