@@ -3,6 +3,8 @@ package sim
 import (
 	"errors"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,14 +56,20 @@ func TestFleetSamePort(t *testing.T) {
 	if _, err := NewFleet(Config{Devices: 5, Transport: "tcp", Port: port}); err == nil || !strings.Contains(err.Error(), "sim-0001") {
 		t.Errorf("second fleet on the same port: %v", err)
 	}
-	fds := countFDs(t)
+	// What a failed NewFleet could leak is a socket on the port: count this
+	// process's sockets there (the whole-process descriptor count also
+	// moves with the runtime and earlier tests' connections closing).
+	socks := socketsOn(t, port)
+	if socks != 3 {
+		t.Fatalf("%d sockets on port %d with 3 loggers listening", socks, port)
+	}
 	for i := 0; i < 3; i++ {
 		if _, err := NewFleet(Config{Devices: 5, Transport: "tcp", Port: port}); err == nil {
 			t.Fatal("second fleet on the same port bound")
 		}
 	}
-	if got := countFDs(t); got > fds {
-		t.Errorf("failed NewFleet leaked fds: %d → %d", fds, got)
+	if got := socketsOn(t, port); got != socks {
+		t.Errorf("failed NewFleet leaked sockets on port %d: %d → %d", port, socks, got)
 	}
 	c, _ := tcpClient(t, f.Addr(2))
 	if _, err := c.ReadHoldingRegisters(0, 10); err != nil {
@@ -74,4 +82,38 @@ func TestFleetSamePort(t *testing.T) {
 	if _, err := c.ReadHoldingRegisters(999, 2); !errors.As(err, &me) || me.ExceptionCode != 2 {
 		t.Errorf("read past Registers: %v, want exception 2", err)
 	}
+}
+
+// socketsOn counts this process's TCP sockets whose local port is port:
+// the inodes of /proc/self/fd that /proc/net/tcp lists on that port.
+func socketsOn(t *testing.T, port int) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	mine := map[string]bool{}
+	for _, e := range ents {
+		l, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err == nil && strings.HasPrefix(l, "socket:[") {
+			mine[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 10 || !mine[f[9]] {
+			continue
+		}
+		if i := strings.LastIndexByte(f[1], ':'); i > 0 {
+			if p, _ := strconv.ParseUint(f[1][i+1:], 16, 16); int(p) == port {
+				n++
+			}
+		}
+	}
+	return n
 }
