@@ -33,7 +33,8 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		return nil, err
 	}
 	ring := ringstore.NewRing(c.Ring.Size, seq)
-	sched, err := newScheduler(c, ring, log.With("pkg", "edge"))
+	acq := new(stats.Acquisition) // gateway-wide: UDP datagrams from no device
+	sched, err := newScheduler(c, ring, acq, log.With("pkg", "edge"))
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +70,7 @@ func newGateway(c *conf.Config, log *slog.Logger) (*gateway, error) {
 		WriteToken: writeToken, Writer: edgeWriter{sched}, ReadToken: readToken,
 		BasicAuthUser: c.HTTP.BasicAuthUser, BasicAuthHash: basicHash, ProtectMetrics: c.HTTP.ProtectMetrics,
 		TLSCertFile: c.HTTP.TLSCertFile, TLSKeyFile: c.HTTP.TLSKeyFile,
-		Ring: ring, Devices: sched, Upstream: g.up, Logger: log.With("pkg", "web"),
+		Ring: ring, Devices: sched, Upstream: g.up, Acquisition: acq, Logger: log.With("pkg", "web"),
 	})
 	return g, nil
 }

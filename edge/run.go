@@ -97,7 +97,7 @@ func (rs *runState) attach(d *device) error {
 		d.conn = modbus.NewTCP(modbus.TCPConfig{Address: d.cfg.Address, Unit: d.cfg.Unit, Timeout: d.cfg.Timeout, Logger: d.log})
 	case TransportUDP:
 		if rs.udp == nil {
-			sock, err := modbus.NewUDPSocket(modbus.UDPConfig{Listen: s.cfg.UDPListen, BufferBytes: s.cfg.UDPBufferBytes, Logger: s.log})
+			sock, err := modbus.NewUDPSocket(modbus.UDPConfig{Listen: s.cfg.UDPListen, BufferBytes: s.cfg.UDPBufferBytes, Logger: s.log, UnknownSource: s.cfg.Acquisition.UDPUnknown()})
 			if err != nil {
 				return fmt.Errorf("edge: %w", err)
 			}

@@ -90,6 +90,8 @@ type Config struct {
 	Devices  Devices         // nil: no devices
 	Upstream *stats.Upstream // nil: no upstream configured
 
+	Acquisition *stats.Acquisition // gateway-wide acquisition counters; nil: not shown
+
 	Logger *slog.Logger // nil: discard
 }
 

@@ -27,6 +27,9 @@ type UDPConfig struct {
 	// sendmmsg/recvmmsg are available (Linux on amd64, arm, arm64); the
 	// results are the same. For comparison and as a way out.
 	NoBatch bool
+	// UnknownSource, if set, is also added to for every datagram from an
+	// endpoint that is no device (a gateway-wide record the caller exports).
+	UnknownSource *atomic.Uint64
 }
 
 // recentN is how many answered or expired transaction ids each destination
@@ -56,6 +59,7 @@ type UDPSocket struct {
 	cnt      counters    // totals over all devices, plus unknown sources
 	fam      int         // address family of the socket (batch sockaddrs)
 	batch    atomic.Bool // sendmmsg/recvmmsg in use
+	unknown  *atomic.Uint64
 
 	mu      sync.Mutex
 	rng     *rand.ChaCha8
@@ -244,6 +248,7 @@ func NewUDPSocket(cfg UDPConfig) (*UDPSocket, error) {
 	}
 	s := &UDPSocket{conn: conn, log: log, rng: rand.NewChaCha8(seed), dests: map[netip.AddrPort]*udpDest{}, byIP: map[netip.Addr]*udpDest{}, send: newMmsgBatch()}
 	s.sendFailedF = s.sendFailed
+	s.unknown = cfg.UnknownSource
 	if s.raw, err = conn.SyscallConn(); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("modbus: udp %s: %w", conn.LocalAddr(), err)
@@ -392,6 +397,9 @@ func (s *UDPSocket) dispatchLocked(src netip.AddrPort, b []byte) {
 	if d == nil {
 		s.cnt.dropped.Add(1)
 		s.cnt.unknownSource.Add(1)
+		if s.unknown != nil {
+			s.unknown.Add(1)
+		}
 		if d := s.byIP[src.Addr()]; d != nil {
 			d.stray() // a known device answering from another port
 		}
