@@ -1,12 +1,60 @@
 package modbus
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// TestHelperUDPDevices is the child process of the benchmarks: n fast UDP
+// devices on 127.0.1.1…n, their addresses on stdout, until stdin closes.
+// Out of process, the devices' CPU is not in the benchmark's cpu-ns/op.
+func TestHelperUDPDevices(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("EDGEGW_MODBUS_HELPER_DEVICES"))
+	if n == 0 {
+		t.Skip("only run by the benchmarks")
+	}
+	for i := range n {
+		fmt.Println(fastUDPDevice(t, fmt.Sprintf("127.0.1.%d", i+1)))
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// externalUDPDevices starts n fast UDP devices in a child process.
+func externalUDPDevices(b *testing.B, n int) []string {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperUDPDevices$")
+	cmd.Env = append(os.Environ(), "EDGEGW_MODBUS_HELPER_DEVICES="+strconv.Itoa(n))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Close(); _ = cmd.Wait() })
+	var addrs []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "ready" {
+		addrs = append(addrs, sc.Text())
+	}
+	if len(addrs) != n {
+		b.Fatalf("helper gave %d addresses: %v (%v)", len(addrs), addrs, sc.Err())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return addrs
+}
 
 // cpuTime is the process's user+system CPU time so far.
 func cpuTime() time.Duration {
@@ -17,22 +65,21 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// reportCPU adds the process CPU per op (gateway and in-process devices).
+// reportCPU adds the process's CPU per op (the devices run in another
+// process in BenchmarkUDPFleet48, in this one in BenchmarkRead2).
 func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkUDPFleet48: one op is one poll of 48 devices (a 2-register read
-// each) on one socket. per-request: the Read* path (goburrow client),
+// each, the devices in a child process) on one socket; cpu-ns/op is this
+// process's CPU per poll of the 48. per-request: the Read* path (goburrow client),
 // one goroutine per device as the scheduler runs it today; do: the same
 // goroutines with Request/Do; round-fallback: one SendRound, one syscall
 // per datagram; round-batch: one SendRound with sendmmsg/recvmmsg.
 func BenchmarkUDPFleet48(b *testing.B) {
 	const n = 48
-	addrs := make([]string, n)
-	for i := range addrs {
-		addrs[i] = fastUDPDevice(b, fmt.Sprintf("127.0.1.%d", i+1))
-	}
+	addrs := externalUDPDevices(b, n)
 	setup := func(b *testing.B, noBatch bool) (*UDPSocket, []*Request) {
 		s := startSocketCfg(b, noBatch)
 		reqs := make([]*Request, n)
@@ -81,16 +128,16 @@ func BenchmarkUDPFleet48(b *testing.B) {
 			checkRead2(b, r)
 		}
 	}
-	b.Run("per-request", func(b *testing.B) {
+	b.Run("path=per-request", func(b *testing.B) {
 		goroutines(b, func(r *Request) {
 			r.Data, r.Err = r.Conn.ReadHoldingRegisters(r.Addr, r.Qty)
 		})
 	})
-	b.Run("do", func(b *testing.B) { goroutines(b, func(r *Request) { r.Conn.Do(r) }) })
+	b.Run("path=do", func(b *testing.B) { goroutines(b, func(r *Request) { r.Conn.Do(r) }) })
 	for _, noBatch := range []bool{true, false} {
-		name := "round-batch"
+		name := "path=round-batch"
 		if noBatch {
-			name = "round-fallback"
+			name = "path=round-fallback"
 		}
 		b.Run(name, func(b *testing.B) {
 			s, reqs := setup(b, noBatch)
@@ -123,7 +170,7 @@ func BenchmarkRead2(b *testing.B) {
 		p    poller
 		do   func(r *Request)
 	}{{"udp", uc, uc.Do}, {"tcp", tc, tc.Do}} {
-		b.Run(c.name+"-read", func(b *testing.B) {
+		b.Run("transport="+c.name+"/path=read", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := c.p.ReadHoldingRegisters(7, 2); err != nil {
@@ -131,7 +178,7 @@ func BenchmarkRead2(b *testing.B) {
 				}
 			}
 		})
-		b.Run(c.name+"-do", func(b *testing.B) {
+		b.Run("transport="+c.name+"/path=do", func(b *testing.B) {
 			r := &Request{Func: 3, Addr: 7, Qty: 2}
 			b.ReportAllocs()
 			for b.Loop() {
