@@ -16,7 +16,8 @@ var errNotThisSocket = errors.New("modbus: udp round: request without a device o
 // counting as a UDPConn.Read* call; the reader goroutine (Run) fills a
 // round's replies in place and wakes the caller once, when the last one is
 // in. Requests to the same device may be in one round (each has its own
-// id). A nil entry is skipped. reqs and its Requests are not retained.
+// id); a Request appears at most once. A nil entry is skipped. reqs and its
+// Requests are not retained.
 //
 // Several goroutines may call SendRound at once, with other requests; Do
 // and the Read* methods may run meanwhile.

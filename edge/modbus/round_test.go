@@ -126,6 +126,9 @@ func runFleetRounds(t *testing.T, f *sim.Fleet, noBatch bool, rounds int, deadli
 		return s.Counters().UnknownSource >= uint64(4*rounds)
 	})
 	res.sock = s.Counters()
+	if want := batchSupported && !noBatch; s.batch.Load() != want {
+		t.Errorf("batch %v after the rounds, want %v (fell back?)", s.batch.Load(), want)
+	}
 	return res
 }
 
