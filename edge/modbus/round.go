@@ -40,8 +40,8 @@ func (s *UDPSocket) SendRound(reqs []*Request, deadline time.Time) {
 		}
 		p := t.prepare(r)
 		p.w = w
-		if s.register(p) != nil {
-			p.state = pendIdle
+		if err := s.register(p); err != nil {
+			p.state, p.sendErr = pendExpired, err
 			continue
 		}
 		r.encode(p.tid, t.pend.unit)
