@@ -12,6 +12,7 @@ import (
 
 	"edgegw/conf"
 	"edgegw/edge"
+	"edgegw/stats"
 )
 
 // cmdCheck validates a config file and prints what the gateway would do
@@ -34,7 +35,7 @@ func cmdCheck(args []string, out io.Writer) error {
 		printConfErrors(os.Stderr, err)
 		return errInvalidConfig
 	}
-	sched, err := newScheduler(c, nil, nil)
+	sched, err := newScheduler(c, nil, nil, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return errInvalidConfig
@@ -77,12 +78,12 @@ func printConfErrors(w io.Writer, err error) {
 
 // newScheduler maps the config onto edge and builds the scheduler (which
 // opens nothing until Run).
-func newScheduler(c *conf.Config, sink edge.Sink, log *slog.Logger) (*edge.Scheduler, error) {
+func newScheduler(c *conf.Config, sink edge.Sink, acq *stats.Acquisition, log *slog.Logger) (*edge.Scheduler, error) {
 	ec, err := edgeConfig(c)
 	if err != nil {
 		return nil, err
 	}
-	ec.Sink = sink
+	ec.Sink, ec.Acquisition = sink, acq
 	ec.Logger = log
 	return edge.New(ec)
 }

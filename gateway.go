@@ -25,10 +25,11 @@ type gateway struct {
 	sched *edge.Scheduler
 	hist  *history.Store
 	web   *web.Server
-	up    *stats.Upstream  // nil when no upstream is configured
-	queue *ringstore.Queue // nil when no upstream is configured
-	push  *push.Pusher     // nil when no upstream is configured
-	spb   *sparkplugParts  // nil without [upstream.sparkplug] (sparkplug_wire.go)
+	up    *stats.Upstream    // nil when no upstream is configured
+	queue *ringstore.Queue   // nil when no upstream is configured
+	push  *push.Pusher       // nil when no upstream is configured
+	spb   *sparkplugParts    // nil without [upstream.sparkplug] (sparkplug_wire.go)
+	acq   *stats.Acquisition // gateway-wide acquisition counters (UDP datagrams from no device)
 }
 
 func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
@@ -58,7 +59,8 @@ func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
 	}
 	size, window := ringSize(c)
 	ring := ringstore.NewRing(size, seq)
-	g = &gateway{cfg: c, log: log, seq: seq, ring: ring, queue: queue}
+	acq := new(stats.Acquisition) // gateway-wide: UDP datagrams from no device
+	g = &gateway{cfg: c, log: log, seq: seq, ring: ring, queue: queue, acq: acq}
 	if g.hist, err = history.Open(historyConfig(c, func() []stats.Entry { return g.sched.Devices() }, log.With("pkg", "history"))); err != nil {
 		return nil, err
 	}
@@ -67,7 +69,7 @@ func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
 			g.hist.Close()
 		}
 	}()
-	if g.sched, err = newScheduler(c, teeSink{ring, g.hist}, log.With("pkg", "edge")); err != nil {
+	if g.sched, err = newScheduler(c, teeSink{ring, g.hist}, acq, log.With("pkg", "edge")); err != nil {
 		return nil, err
 	}
 	log.Info("ring sized", "samples", size, "resume_window", window.Round(time.Second))
@@ -103,7 +105,7 @@ func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
 		BasicAuthUser: c.HTTP.BasicAuthUser, BasicAuthHash: basicHash, ProtectMetrics: c.HTTP.ProtectMetrics,
 		TLSCertFile: c.HTTP.TLSCertFile, TLSKeyFile: c.HTTP.TLSKeyFile,
 		RateLimit: web.RateLimits{ExemptLoopback: c.HTTP.ExemptLoopback},
-		Ring:      ring, Devices: g.sched, Upstream: g.up, Logger: log.With("pkg", "web"),
+		Ring:      ring, Devices: g.sched, Upstream: g.up, Acquisition: g.acq, Logger: log.With("pkg", "web"),
 		History: g.hist, RingInfo: web.RingInfo{Size: size, Window: window},
 		Storage: storageOf(g.queue), HealthzUpstreamMaxDown: c.HTTP.HealthzUpstreamMaxDown,
 	})

@@ -50,6 +50,8 @@ type Config struct {
 	UDPBufferBytes int    // SO_RCVBUF/SO_SNDBUF asked for; default 4 MiB
 	Sink           Sink
 	Logger         *slog.Logger
+
+	Acquisition *stats.Acquisition // gateway-wide counters (UDP datagrams from no device); nil: not kept
 }
 
 // DeviceConfig is one device as resolved by conf.

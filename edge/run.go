@@ -196,7 +196,7 @@ func (rs *runState) open(d *device) error {
 		d.conn, d.port = paced(c, newPacer(d.cfg.Pause)), "alone "+d.slot.key
 	case d.cfg.Transport == TransportUDP:
 		if rs.udp == nil {
-			sock, err := modbus.NewUDPSocket(modbus.UDPConfig{Listen: s.cfg.UDPListen, BufferBytes: s.cfg.UDPBufferBytes, Logger: s.log})
+			sock, err := modbus.NewUDPSocket(modbus.UDPConfig{Listen: s.cfg.UDPListen, BufferBytes: s.cfg.UDPBufferBytes, Logger: s.log, UnknownSource: s.cfg.Acquisition.UDPUnknown()})
 			if err != nil {
 				return fmt.Errorf("edge: device %q: %w", d.cfg.Name, err)
 			}

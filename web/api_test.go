@@ -108,11 +108,13 @@ func TestMetricsFormat(t *testing.T) {
 	up := &stats.Upstream{}
 	up.Path.Store(stats.PathWebSocket)
 	up.SentWS.Store(77)
+	acq := &stats.Acquisition{}
+	acq.UDPUnknownSource.Store(9)
 	h, err := history.Open(history.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := startServer(t, Config{Devices: someDevices(), Upstream: up, History: h, GatewayID: "gw\"1", Version: "v1"})
+	ts := startServer(t, Config{Devices: someDevices(), Upstream: up, History: h, Acquisition: acq, GatewayID: "gw\"1", Version: "v1"})
 	appendBatch(t, ts.ring, "logger-01", 2, 1)
 	code, hdr, body := ts.get(t, "/metrics")
 	if code != 200 || hdr.Get("Content-Type") != metricsContentType {
@@ -243,6 +245,7 @@ func TestMetricsFormat(t *testing.T) {
 		`edgegw_upstream_path{path=websocket}`:                     1,
 		`edgegw_upstream_path{path=mqtt}`:                          0,
 		`edgegw_upstream_sent_total{path=websocket}`:               77,
+		`edgegw_udp_unknown_source_total{}`:                        9,
 		`edgegw_build_info{gateway=gw\"1,version=v1}`:              1,
 		`edgegw_device_rtt_seconds_count{device=odd \"name\"\\\n}`: 1,
 	} {

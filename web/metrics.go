@@ -184,6 +184,11 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 		}
 	}
 
+	if a := s.cfg.Acquisition; a != nil {
+		p.family("edgegw_udp_unknown_source_total", "counter", "Datagrams on the Modbus UDP socket from an address that is no device.")
+		p.sample("edgegw_udp_unknown_source_total", float64(a.UDPUnknownSource.Load()))
+	}
+
 	st := s.Stats()
 	ms := [nMethods]MethodStats{mShort: st.ShortPolling, mLong: st.LongPolling, mWS: st.WebSocket}
 	p.family("edgegw_web_clients", "gauge", "Clients now: short polls in flight, long polls waiting, WebSocket connections.")

@@ -103,6 +103,8 @@ type Config struct {
 	// carried batches (buffering, unauthorized) for longer; 0 = not checked.
 	HealthzUpstreamMaxDown time.Duration
 
+	Acquisition *stats.Acquisition // gateway-wide acquisition counters; nil: not shown
+
 	Logger *slog.Logger // nil: discard
 }
 

@@ -6,16 +6,35 @@
 // the units behind a TCP→RTU gateway), UDP over one shared socket with transaction-id
 // matching, RTU on a serial line and RTU over a TCP stream.
 //
+// Two ways to poll. The Read*/Write* methods of TCPConn, UDPConn and RTUConn
+// go through goburrow's client (a few small allocations per call). For the
+// acquisition hot path, a Request (a read, function 1–4) is prepared once
+// and reused: TCPConn.Do and UDPConn.Do run one, UDPSocket.SendRound runs a
+// round of them — requests to many UDP devices sent back to back (one
+// sendmmsg on Linux amd64/arm/arm64, else one write each; UDPConfig.NoBatch
+// forces the latter), the replies read by Run (recvmmsg, many datagrams per
+// call) and filled into their Requests in place, the caller woken once when
+// the last reply is in or at the round's deadline. Matching, checks and
+// counters are the same on every path, and none of Do, SendRound or the
+// reader allocates per poll in steady state.
+//
+// UDP transaction ids are random per request (ChaCha8 seeded from
+// crypto/rand), never 0 and never reused while pending or among the
+// destination's last 64; a datagram from a device's address with an id
+// neither pending nor recent makes the requests waiting on that address
+// untrusted (refused, counted): see UDPSocket.
+//
 // It never schedules polls, decodes register values into tags, retries a
 // request or keeps statistics beyond the cumulative Counters of each
-// connection; it imports no project package.
+// connection (and of the UDP socket); it imports no project package.
 //
 // Concurrency: the methods of one per-device connection (TCPConn, UDPConn,
 // RTUConn) are called from ONE goroutine, the device's or the bus's poller;
 // Counters may be read from any goroutine. A UDPSocket is shared by many
-// UDPConns used concurrently; its Run is the one reader goroutine. An RTUPort
+// UDPConns used concurrently, and SendRound may be called from several
+// goroutines at once; its Run is the one reader goroutine. An RTUPort
 // takes its own lock around every request, so units of one port may also be
 // polled from several goroutines (they are then serialised on the line). A
 // TCPPort and its TCPUnitConns are used from one goroutine (the endpoint's bus).
-// Constructors start no goroutine.
+// A Request is used by one call at a time. Constructors start no goroutine.
 package modbus

@@ -3,7 +3,6 @@ package modbus
 import (
 	"encoding/binary"
 	"errors"
-	"io"
 	"log/slog"
 	"time"
 
@@ -77,6 +76,7 @@ type tcpTransport struct {
 	timeout time.Duration
 	rd      *redialer // shared by the units of a TCPPort
 	cnt     *counters // this unit's (dropped frames)
+	tid     uint16    // transaction id of Do (goburrow's packager counts its own)
 }
 
 const (
@@ -96,44 +96,24 @@ func (t *tcpTransport) Send(req []byte) ([]byte, error) {
 	if _, err := t.rd.get(); err != nil {
 		return nil, err
 	}
-	resp, err := t.exchange(req)
+	buf := make([]byte, maxADU)
+	n, err := t.exchangeInto(req, buf)
 	if err != nil {
-		t.rd.failed(err)
-		var fe *FrameError
-		if errors.As(err, &fe) {
-			t.cnt.dropped.Add(1)
-		}
+		t.failed(err)
 		return nil, err
 	}
 	t.rd.succeeded()
-	return resp, nil
+	return buf[:n], nil
 }
 
-func (t *tcpTransport) exchange(req []byte) ([]byte, error) {
-	conn := t.rd.conn
-	if err := conn.SetDeadline(time.Now().Add(t.timeout)); err != nil {
-		return nil, err
+// failed closes the stream after an error of an exchange; a frame error
+// counts as a dropped reply.
+func (t *tcpTransport) failed(err error) {
+	t.rd.failed(err)
+	var fe *FrameError
+	if errors.As(err, &fe) {
+		t.cnt.dropped.Add(1)
 	}
-	if _, err := conn.Write(req); err != nil {
-		return nil, classify(err, t.timeout)
-	}
-	var hdr [mbapHeader]byte
-	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-		return nil, classify(err, t.timeout)
-	}
-	length := int(binary.BigEndian.Uint16(hdr[4:]))
-	if length < 2 || length > mbapMaxLength {
-		return nil, frameErr("mbap length %d not in 2..%d", length, mbapMaxLength)
-	}
-	resp := make([]byte, mbapHeader-1+length)
-	copy(resp, hdr[:])
-	if _, err := io.ReadFull(conn, resp[mbapHeader:]); err != nil {
-		return nil, classify(err, t.timeout)
-	}
-	if err := checkMBAP(req, resp); err != nil {
-		return nil, err
-	}
-	return resp, nil
 }
 
 // checkMBAP checks a complete reply ADU against the request ADU.

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,6 +23,13 @@ type UDPConfig struct {
 	Listen      string       // local address (":0"); tests use "127.0.0.1:0"
 	BufferBytes int          // SO_RCVBUF and SO_SNDBUF asked for (4 MiB); the kernel may clamp
 	Logger      *slog.Logger // nil: discard
+	// NoBatch sends and reads one datagram per syscall even where
+	// sendmmsg/recvmmsg are available (Linux on amd64, arm, arm64); the
+	// results are the same. For comparison and as a way out.
+	NoBatch bool
+	// UnknownSource, if set, is also added to for every datagram from an
+	// endpoint that is no device (a gateway-wide record the caller exports).
+	UnknownSource *atomic.Uint64
 }
 
 // recentN is how many answered or expired transaction ids each destination
@@ -48,18 +56,30 @@ type UDPSocket struct {
 	conn     *net.UDPConn
 	log      *slog.Logger
 	rcv, snd int
-	cnt      counters // totals over all devices, plus unknown sources
+	cnt      counters    // totals over all devices, plus unknown sources
+	fam      int         // address family of the socket (batch sockaddrs)
+	batch    atomic.Bool // sendmmsg/recvmmsg in use
+	unknown  *atomic.Uint64
 
-	mu    sync.Mutex
-	rng   *rand.ChaCha8
-	dests map[netip.AddrPort]*udpDest
-	byIP  map[netip.Addr]*udpDest // a destination at each address, to blame replies from a wrong port
+	mu      sync.Mutex
+	rng     *rand.ChaCha8
+	dests   map[netip.AddrPort]*udpDest
+	byIP    map[netip.Addr]*udpDest // a destination at each address, to blame replies from a wrong port
+	waiters []*udpWaiter            // free waiters of rounds
+
+	raw         syscall.RawConn
+	sendMu      sync.Mutex // owns send and sendReqs, the sendmmsg state of rounds
+	send        *mmsgBatch
+	sendReqs    []*Request
+	sendFailedF func(int, error)
 }
 
 // udpDest is the transaction-id space of one destination address, shared by
 // the units behind it, and the requests waiting on it.
 type udpDest struct {
 	addr   netip.AddrPort
+	sa     rawSockaddr // addr for sendmmsg
+	saOK   bool
 	refs   int
 	only   *udpTransport // the one device behind it while refs == 1
 	pend   []*udpPending // in flight to this address (one per device and round)
@@ -132,6 +152,7 @@ type udpPending struct {
 	state    uint8
 	tainted  bool
 	w        *udpWaiter
+	sendErr  error // the datagram could not be sent (round)
 }
 
 // udpWaiter wakes the goroutine that waits for left replies, once.
@@ -182,7 +203,7 @@ func (s *UDPSocket) register(p *udpPending) error {
 		if tid == 0 || d.pending(tid) != nil || d.find(tid) != nil {
 			continue
 		}
-		p.tid, p.n, p.state, p.tainted = tid, 0, pendWaiting, false
+		p.tid, p.n, p.state, p.tainted, p.sendErr = tid, 0, pendWaiting, false, nil
 		d.pend = append(d.pend, p)
 		p.w.left++
 		return nil
@@ -199,7 +220,7 @@ func (s *UDPSocket) expire(p *udpPending) {
 	p.dest.remove(p)
 	p.dest.remember(p.tr, p.tid, false)
 	p.state = pendExpired
-	p.w.left--
+	p.w.done()
 }
 
 // NewUDPSocket opens the socket and sizes its buffers; it starts no
@@ -225,7 +246,15 @@ func NewUDPSocket(cfg UDPConfig) (*UDPSocket, error) {
 		conn.Close()
 		return nil, fmt.Errorf("modbus: udp %s: seed transaction ids: %w", conn.LocalAddr(), err)
 	}
-	s := &UDPSocket{conn: conn, log: log, rng: rand.NewChaCha8(seed), dests: map[netip.AddrPort]*udpDest{}, byIP: map[netip.Addr]*udpDest{}}
+	s := &UDPSocket{conn: conn, log: log, rng: rand.NewChaCha8(seed), dests: map[netip.AddrPort]*udpDest{}, byIP: map[netip.Addr]*udpDest{}, send: newMmsgBatch()}
+	s.sendFailedF = s.sendFailed
+	s.unknown = cfg.UnknownSource
+	if s.raw, err = conn.SyscallConn(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("modbus: udp %s: %w", conn.LocalAddr(), err)
+	}
+	s.fam = s.socketFamily()
+	s.batch.Store(batchSupported && !cfg.NoBatch && s.fam != 0)
 	_ = conn.SetReadBuffer(cfg.BufferBytes)
 	_ = conn.SetWriteBuffer(cfg.BufferBytes)
 	s.rcv, s.snd, err = sockBuffers(conn)
@@ -238,7 +267,7 @@ func NewUDPSocket(cfg UDPConfig) (*UDPSocket, error) {
 		lvl = slog.LevelWarn // clamped by net.core.rmem_max
 	}
 	log.Log(context.Background(), lvl, "modbus: udp socket open", "local", conn.LocalAddr().String(),
-		"asked", cfg.BufferBytes, "rcvbuf", s.rcv, "sndbuf", s.snd)
+		"asked", cfg.BufferBytes, "rcvbuf", s.rcv, "sndbuf", s.snd, "batch", s.batch.Load())
 	return s, nil
 }
 
@@ -292,17 +321,56 @@ func (s *UDPSocket) Run(ctx context.Context) error {
 		}
 	}()
 	defer func() { close(stop); wg.Wait() }()
+	if s.batch.Load() {
+		err := s.readBatches(ctx)
+		if !errors.Is(err, errBatchUnsupported) {
+			return err
+		}
+		s.batch.Store(false)
+		s.log.Warn("modbus: udp batch calls refused by the kernel; one syscall per datagram", "err", err)
+	}
 	buf := make([]byte, 1024) // an MBAP frame is at most 260 bytes
 	for {
 		n, src, err := s.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("modbus: udp %s: read: %w", s.conn.LocalAddr(), err)
+			return s.readErr(ctx, err)
 		}
 		s.dispatch(src, buf[:n])
 	}
+}
+
+// readBatchN is how many datagrams one recvmmsg may return.
+const readBatchN = 64
+
+// readBatches reads with recvmmsg and matches each batch under one lock.
+func (s *UDPSocket) readBatches(ctx context.Context) error {
+	b := newRecvBatch(readBatchN)
+	bufs := make([][]byte, readBatchN)
+	mem := make([]byte, readBatchN*1024) // an MBAP frame is at most 260 bytes
+	for i := range bufs {
+		bufs[i] = mem[i*1024 : (i+1)*1024 : (i+1)*1024]
+	}
+	for {
+		n, err := s.recvBatch(b, bufs)
+		if errors.Is(err, errBatchUnsupported) {
+			return err
+		}
+		if err != nil {
+			return s.readErr(ctx, err)
+		}
+		s.mu.Lock()
+		for i := range n {
+			s.dispatchLocked(b.source(i), bufs[i][:b.length(i)])
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *UDPSocket) readErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return fmt.Errorf("modbus: udp %s: read: %w", s.conn.LocalAddr(), err)
 }
 
 func unmap(ap netip.AddrPort) netip.AddrPort {
@@ -329,6 +397,9 @@ func (s *UDPSocket) dispatchLocked(src netip.AddrPort, b []byte) {
 	if d == nil {
 		s.cnt.dropped.Add(1)
 		s.cnt.unknownSource.Add(1)
+		if s.unknown != nil {
+			s.unknown.Add(1)
+		}
 		if d := s.byIP[src.Addr()]; d != nil {
 			d.stray() // a known device answering from another port
 		}
@@ -422,6 +493,7 @@ func (s *UDPSocket) Device(addr string, unit uint8, timeout time.Duration) (*UDP
 	d := s.dests[dst]
 	if d == nil {
 		d = &udpDest{addr: dst}
+		d.sa, d.saOK = sockaddr(s.fam, dst)
 		s.dests[dst] = d
 	}
 	d.refs++

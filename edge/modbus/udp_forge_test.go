@@ -1,6 +1,7 @@
 package modbus
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
@@ -196,5 +197,32 @@ func TestUDPMismatchDropped(t *testing.T) {
 	}
 	if cn := s.Counters(); cn.Dropped != 6*polls {
 		t.Errorf("socket counters %+v, want %d dropped", cn, 6*polls)
+	}
+}
+
+// TestUDPUnknownSourceExported: datagrams from an endpoint that is no
+// device also count in the caller's gateway-wide counter.
+func TestUDPUnknownSourceExported(t *testing.T) {
+	var ext atomic.Uint64
+	s, err := NewUDPSocket(UDPConfig{Listen: "127.0.0.1:0", UnknownSource: &ext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	stranger, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 1, 202)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	for range 3 {
+		_, _ = stranger.WriteToUDPAddrPort(mbap(hx("0001 0000 0006 01 03 0000 0001"), hx("03 02 0001")), s.LocalAddr())
+	}
+	waitFor(t, 2*time.Second, "3 unknown-source datagrams", func() bool { return ext.Load() == 3 })
+	if cn := s.Counters(); cn.UnknownSource != 3 || cn.Dropped != 3 {
+		t.Errorf("socket counters %+v", cn)
 	}
 }

@@ -221,7 +221,7 @@ func TestUDPWraparound(t *testing.T) {
 			good++
 		}
 	}
-	waitFor(t, 2*time.Second, "the last held reply counted late", func() bool { return c.Counters().Late == uint64(held.Load()) })
+	waitFor(t, 2*time.Second, "the last held reply counted late", func() bool { return c.Counters().Late >= uint64(held.Load()) })
 	cn := c.Counters()
 	mu.Lock()
 	distinct := len(seen)
@@ -233,7 +233,8 @@ func TestUDPWraparound(t *testing.T) {
 	if distinct < 40_000 {
 		t.Errorf("only %d distinct ids in %d requests: ids do not cover the space", distinct, total)
 	}
-	if h := int(held.Load()); h < 7 || timeouts < h || cn.Late != uint64(h) || cn.Dropped != 0 || cn.Untrusted != 0 {
+	// (a reply slower than 20 ms on a busy machine is one more timeout, and late)
+	if h := int(held.Load()); h < 7 || timeouts < h || cn.Late < uint64(h) || cn.Late > uint64(timeouts) || cn.Dropped != 0 || cn.Untrusted != 0 {
 		t.Errorf("%d held, %d timeouts, counters %+v; want every held reply a timeout and counted late, nothing dropped", h, timeouts, cn)
 	}
 	if good < total-100 {

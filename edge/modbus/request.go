@@ -1,0 +1,194 @@
+package modbus
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	gb "github.com/goburrow/modbus"
+)
+
+// Request is one read (function 1–4) prepared once and reused for every
+// poll: its encoded request and its reply buffer live in the Request, so a
+// poll through TCPConn.Do, UDPConn.Do or UDPSocket.SendRound allocates
+// nothing in steady state (errors allocate their message).
+//
+// Set Conn (SendRound only), Func, Addr and Qty; after the call Data holds
+// the reply's data bytes (registers big-endian, bits packed LSB first,
+// length checked against Qty), aliasing the Request's own buffer and valid
+// until the Request is used again, and Err is nil or the same errors the
+// Read* methods return (an exception: IsException; no reply: ErrTimeout).
+// A Request is used by one call at a time.
+type Request struct {
+	Conn *UDPConn // SendRound: the device asked
+	Func byte     // 1 coils, 2 discrete inputs, 3 holding, 4 input registers
+	Addr uint16
+	Qty  uint16
+
+	Data []byte
+	Err  error
+
+	adu  [mbapHeader + 5]byte
+	resp [maxADU]byte
+	pend udpPending
+}
+
+var readOps = [5]string{"", "read coils", "read discrete", "read holding", "read input"}
+
+// check refuses a request that cannot be sent.
+func (r *Request) check() error {
+	switch r.Func {
+	case gb.FuncCodeReadCoils, gb.FuncCodeReadDiscreteInputs:
+		return checkRange(r.Addr, r.Qty, maxReadBits)
+	case gb.FuncCodeReadHoldingRegisters, gb.FuncCodeReadInputRegisters:
+		return checkRange(r.Addr, r.Qty, maxReadRegisters)
+	}
+	return fmt.Errorf("%w: function %d is not a read (1-4)", ErrRequest, r.Func)
+}
+
+func (r *Request) op() string {
+	if int(r.Func) < len(readOps) {
+		return readOps[r.Func]
+	}
+	return fmt.Sprintf("function %d", r.Func)
+}
+
+// encode writes the MBAP request ADU.
+func (r *Request) encode(tid uint16, unit byte) []byte {
+	a := r.adu[:]
+	binary.BigEndian.PutUint16(a[0:], tid)
+	binary.BigEndian.PutUint16(a[2:], 0)
+	binary.BigEndian.PutUint16(a[4:], 6)
+	a[6], a[7] = unit, r.Func
+	binary.BigEndian.PutUint16(a[8:], r.Addr)
+	binary.BigEndian.PutUint16(a[10:], r.Qty)
+	return a
+}
+
+// finish decodes a checked reply ADU (checkPDU passed) into Data or Err.
+func (r *Request) finish(d *device, resp []byte) {
+	if resp[7] == r.Func|0x80 {
+		r.fail(d, &gb.ModbusError{FunctionCode: resp[7], ExceptionCode: resp[8]})
+		return
+	}
+	r.Data, r.Err = resp[9:9+int(resp[8])], nil
+}
+
+func (r *Request) fail(d *device, err error) {
+	r.Data, r.Err = nil, d.wrap(r.op(), r.Addr, r.Qty, err)
+}
+
+// Do runs r on this TCP device (r.Conn is ignored): the same stream,
+// backoff and checks as the Read* methods, without allocating.
+func (c *TCPConn) Do(r *Request) {
+	if err := r.check(); err != nil {
+		r.fail(&c.device, err)
+		return
+	}
+	t := c.t
+	if _, err := t.rd.get(); err != nil {
+		r.fail(&c.device, err)
+		return
+	}
+	t.tid++
+	req := r.encode(t.tid, c.unit)
+	n, err := t.exchangeInto(req, r.resp[:])
+	if err != nil {
+		t.failed(err)
+		r.fail(&c.device, err)
+		return
+	}
+	t.rd.succeeded()
+	r.finish(&c.device, r.resp[:n])
+}
+
+// exchangeInto writes req and reads one reply frame into buf (len maxADU),
+// checked against req; it returns the frame's length.
+func (t *tcpTransport) exchangeInto(req, buf []byte) (int, error) {
+	conn := t.rd.conn
+	if err := conn.SetDeadline(time.Now().Add(t.timeout)); err != nil {
+		return 0, err
+	}
+	if _, err := conn.Write(req); err != nil {
+		return 0, classify(err, t.timeout)
+	}
+	if _, err := io.ReadFull(conn, buf[:mbapHeader]); err != nil {
+		return 0, classify(err, t.timeout)
+	}
+	length := int(binary.BigEndian.Uint16(buf[4:]))
+	if length < 2 || length > mbapMaxLength {
+		return 0, frameErr("mbap length %d not in 2..%d", length, mbapMaxLength)
+	}
+	n := mbapHeader - 1 + length
+	if _, err := io.ReadFull(conn, buf[mbapHeader:n]); err != nil {
+		return 0, classify(err, t.timeout)
+	}
+	if err := checkMBAP(req, buf[:n]); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// Do runs r on this UDP device (r.Conn is ignored), waiting at most the
+// device's timeout: the same matching and checks as the Read* methods,
+// without allocating.
+func (c *UDPConn) Do(r *Request) {
+	if err := r.check(); err != nil {
+		r.fail(&c.device, err)
+		return
+	}
+	t := c.t
+	s := t.s
+	p := t.prepare(r)
+	s.mu.Lock()
+	err := net.ErrClosed
+	if !t.closed {
+		err = s.register(p)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		p.state = pendIdle
+		r.fail(&c.device, err)
+		return
+	}
+	req := r.encode(p.tid, c.unit)
+	_, werr := s.conn.WriteToUDPAddrPort(req, t.dst)
+	if werr == nil {
+		t.w.wait(t.timeout)
+	}
+	s.mu.Lock()
+	s.expire(p)
+	s.mu.Unlock()
+	select { // a signal sent after the wait gave up
+	case <-t.w.ch:
+	default:
+	}
+	if werr != nil && p.state == pendExpired {
+		r.fail(&c.device, werr)
+		return
+	}
+	r.result(&c.device, t.timeout)
+}
+
+// prepare points r's pending entry at t, its waiter and r's buffers.
+func (t *udpTransport) prepare(r *Request) *udpPending {
+	p := &r.pend
+	p.tr, p.dest, p.unit, p.fc = t, t.dest, t.pend.unit, r.Func
+	p.req, p.resp, p.w = r.adu[mbapHeader:], r.resp[:], t.w
+	return p
+}
+
+// result turns r's completed pending entry into Data or Err.
+func (r *Request) result(d *device, waited time.Duration) {
+	switch p := &r.pend; p.state {
+	case pendAnswered:
+		r.finish(d, r.resp[:p.n])
+	case pendUntrusted:
+		r.fail(d, errUntrusted)
+	default:
+		r.fail(d, timeoutAfter(waited))
+	}
+	r.pend.state = pendIdle
+}

@@ -1,0 +1,166 @@
+package modbus
+
+import (
+	"errors"
+	"net"
+	"time"
+)
+
+var errNotThisSocket = errors.New("modbus: udp round: request without a device of this socket")
+
+// SendRound sends every request of reqs to its r.Conn (UDPConns of this
+// socket) back to back — with one sendmmsg where the kernel has it — and
+// returns when every one has its reply or deadline has passed; the requests
+// still unanswered then fail with ErrTimeout. Each request gets the same
+// random transaction id, matching (source, id, unit, function, length) and
+// counting as a UDPConn.Read* call; the reader goroutine (Run) fills a
+// round's replies in place and wakes the caller once, when the last one is
+// in. Requests to the same device may be in one round (each has its own
+// id); a Request appears at most once. A nil entry is skipped. reqs and its
+// Requests are not retained.
+//
+// Several goroutines may call SendRound at once, with other requests; Do
+// and the Read* methods may run meanwhile.
+func (s *UDPSocket) SendRound(reqs []*Request, deadline time.Time) {
+	start := time.Now()
+	w := s.waiter()
+	s.mu.Lock()
+	n := 0
+	for _, r := range reqs {
+		if r == nil {
+			continue
+		}
+		r.pend.state = pendIdle
+		if r.Conn == nil || r.Conn.t.s != s {
+			continue // failed below
+		}
+		t := r.Conn.t
+		if t.closed || r.check() != nil {
+			continue
+		}
+		p := t.prepare(r)
+		p.w = w
+		if err := s.register(p); err != nil {
+			p.state, p.sendErr = pendExpired, err
+			continue
+		}
+		r.encode(p.tid, t.pend.unit)
+		n++
+	}
+	s.mu.Unlock()
+	if n > 0 {
+		s.sendRound(reqs, n)
+		w.wait(time.Until(deadline))
+		s.mu.Lock()
+		for _, r := range reqs {
+			if r != nil {
+				s.expire(&r.pend)
+			}
+		}
+		s.putWaiter(w)
+		s.mu.Unlock()
+	} else {
+		s.mu.Lock()
+		s.putWaiter(w)
+		s.mu.Unlock()
+	}
+	waited := deadline.Sub(start)
+	for _, r := range reqs {
+		switch {
+		case r == nil:
+		case r.Conn == nil || r.Conn.t.s != s:
+			r.Data, r.Err = nil, errNotThisSocket
+		case r.pend.state == pendIdle:
+			err := r.check()
+			if err == nil {
+				err = net.ErrClosed
+			}
+			r.fail(&r.Conn.device, err)
+		case r.pend.state == pendExpired && r.pend.sendErr != nil:
+			r.fail(&r.Conn.device, r.pend.sendErr)
+			r.pend.sendErr = nil
+		default:
+			r.result(&r.Conn.device, waited)
+		}
+	}
+}
+
+// waiter takes a free round waiter (or makes one). Caller does not hold mu.
+func (s *UDPSocket) waiter() *udpWaiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.waiters); n > 0 {
+		w := s.waiters[n-1]
+		s.waiters = s.waiters[:n-1]
+		return w
+	}
+	return newWaiter()
+}
+
+// putWaiter frees w, draining a signal sent after its wait gave up. Caller
+// holds mu (no request of w is waiting any more).
+func (s *UDPSocket) putWaiter(w *udpWaiter) {
+	select {
+	case <-w.ch:
+	default:
+	}
+	w.left = 0
+	s.waiters = append(s.waiters, w)
+}
+
+// sendRound sends the registered requests of reqs: one sendmmsg call (or
+// a few, if the kernel takes part) when batching, else one write each. A
+// request whose datagram could not be sent ends at once with the error.
+func (s *UDPSocket) sendRound(reqs []*Request, n int) {
+	if !s.batch.Load() {
+		for _, r := range reqs {
+			if r != nil && r.pend.state == pendWaiting {
+				s.sendOne(r)
+			}
+		}
+		return
+	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	b := s.send
+	b.grow(n)
+	s.sendReqs = s.sendReqs[:0]
+	for _, r := range reqs {
+		if r == nil || r.pend.state != pendWaiting {
+			continue
+		}
+		if d := r.pend.dest; d.saOK {
+			b.set(len(s.sendReqs), r.adu[:], &d.sa, d.sa.n)
+			s.sendReqs = append(s.sendReqs, r)
+		} else {
+			s.sendOne(r) // no sockaddr for this family: the kernel's error
+		}
+	}
+	off, err := s.sendBatch(b, len(s.sendReqs), s.sendFailedF)
+	if err == errBatchUnsupported {
+		s.batch.Store(false)
+		s.log.Warn("modbus: udp sendmmsg refused by the kernel; one syscall per datagram")
+	}
+	for _, r := range s.sendReqs[off:] { // not sent by the batch
+		s.sendOne(r)
+	}
+	clear(s.sendReqs)
+}
+
+// sendFailed ends request i of the batch being sent: the kernel refused it.
+func (s *UDPSocket) sendFailed(i int, err error) { s.endSend(s.sendReqs[i], err) }
+
+func (s *UDPSocket) sendOne(r *Request) {
+	if _, err := s.conn.WriteToUDPAddrPort(r.adu[:], r.pend.dest.addr); err != nil {
+		s.endSend(r, err)
+	}
+}
+
+func (s *UDPSocket) endSend(r *Request, err error) {
+	s.mu.Lock()
+	if r.pend.state == pendWaiting {
+		s.expire(&r.pend)
+		r.pend.sendErr = err
+	}
+	s.mu.Unlock()
+}

@@ -1,0 +1,3 @@
+package modbus
+
+const sysRecvmmsg, sysSendmmsg = 299, 307

@@ -1,0 +1,3 @@
+package modbus
+
+const sysRecvmmsg, sysSendmmsg = 365, 374
