@@ -17,8 +17,10 @@ import (
 // preflight checks what `run` needs beyond a valid file, the same way for
 // `check` and `run` so the two never disagree about whether the gateway
 // starts: every file the config names exists and is readable by this user
-// (certificates and keys also parse), and data_dir is a writable directory
-// or can be created. Problems that do not stop the gateway are warnings: a
+// (certificates and keys also parse). Problems that do not stop the gateway
+// are warnings: a data_dir that is not a writable directory (a card mounted
+// read-only after errors, a full disk: the gateway starts, keeps its queue
+// and sequence in memory and says so in /api/status and /healthz), a
 // missing serial port (its devices are down until it appears) and a config
 // without devices.
 func preflight(c *conf.Config) (errs []error, warns []string) {
@@ -72,7 +74,7 @@ func preflight(c *conf.Config) (errs []error, warns []string) {
 	}
 	if dir := c.Gateway.DataDir; dir != "" {
 		if err := writableDir(dir); err != nil {
-			errs = append(errs, fmt.Errorf("gateway.data_dir: %w", err))
+			warns = append(warns, fmt.Sprintf("gateway.data_dir: %v: the gateway starts, keeps the queue and the sequence in memory and goes back to disk when it can", err))
 		}
 	}
 	ports := map[string][]string{}

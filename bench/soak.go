@@ -1058,7 +1058,7 @@ func (r *SoakReport) trends(warmup time.Duration) {
 func (r *SoakReport) received(f io.Reader, untouched map[string]bool, iv time.Duration, endUS int64) error {
 	type key struct {
 		gw    string
-		epoch uint64
+		epoch string // 16 hex digits; "" in version 1 frames
 	}
 	seen := map[key][]uint64{} // bitmaps over 1..Numbered
 	words := (r.Numbered + 64) / 64
@@ -1067,21 +1067,18 @@ func (r *SoakReport) received(f io.Reader, untouched map[string]bool, iv time.Du
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		var s struct {
-			Gateway string  `json:"gateway"`
-			Epoch   *uint64 `json:"epoch"`
-			Seq     uint64  `json:"seq"`
-			Device  string  `json:"device"`
-			Tag     string  `json:"tag"`
-			Quality string  `json:"quality"`
-			TS      int64   `json:"ts"`
+			Gateway string `json:"gateway"`
+			Epoch   string `json:"epoch"`
+			Seq     uint64 `json:"seq"`
+			Device  string `json:"device"`
+			Tag     string `json:"tag"`
+			Quality string `json:"quality"`
+			TS      int64  `json:"ts"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
 			return fmt.Errorf("bench: soak: received.jsonl: %w", err)
 		}
-		k := key{gw: s.Gateway}
-		if s.Epoch != nil {
-			k.epoch = *s.Epoch
-		}
+		k := key{gw: s.Gateway, epoch: s.Epoch}
 		bm := seen[k]
 		if bm == nil {
 			bm = make([]uint64, words)
@@ -1104,7 +1101,7 @@ func (r *SoakReport) received(f io.Reader, untouched map[string]bool, iv time.Du
 		return fmt.Errorf("bench: soak: received.jsonl: %w", err)
 	}
 	for k := range seen {
-		if k.epoch != 0 {
+		if k.epoch != "" {
 			r.Epochs++
 		}
 	}

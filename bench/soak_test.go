@@ -124,7 +124,7 @@ func TestSoakBound(t *testing.T) {
 func TestSoakReceived(t *testing.T) {
 	var b strings.Builder
 	line := func(seq uint64, dev string, ts int64, q string) {
-		fmt.Fprintf(&b, `{"gateway":"soak","seq":%d,"device":%q,"tag":"temperature","value":1,"quality":%q,"ts":%d}`+"\n", seq, dev, q, ts)
+		fmt.Fprintf(&b, `{"gateway":"soak","epoch":"9f3c04e1a2b3c4d5","seq":%d,"device":%q,"tag":"temperature","value":1,"quality":%q,"ts":%d}`+"\n", seq, dev, q, ts)
 	}
 	const iv = 100_000 // µs
 	seq := uint64(0)
@@ -141,8 +141,8 @@ func TestSoakReceived(t *testing.T) {
 	if err := r.received(strings.NewReader(b.String()), map[string]bool{"a": true, "b": true}, 100*time.Millisecond, 1<<62); err != nil {
 		t.Fatal(err)
 	}
-	if r.Received != seq || r.Lost != 2 || r.Duplicates != 1 {
-		t.Errorf("received %d lost %d duplicates %d, want %d 2 1", r.Received, r.Lost, r.Duplicates, seq)
+	if r.Received != seq || r.Lost != 2 || r.Duplicates != 1 || r.Epochs != 1 {
+		t.Errorf("received %d lost %d duplicates %d epochs %d, want %d 2 1 1", r.Received, r.Lost, r.Duplicates, r.Epochs, seq)
 	}
 	if r.DoubleMisses != 1 || r.SingleMisses != 2 || r.MaxGapIntervals != 3 {
 		t.Errorf("double %d single %d max gap %v, want 1 2 3", r.DoubleMisses, r.SingleMisses, r.MaxGapIntervals)

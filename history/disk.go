@@ -61,11 +61,14 @@ type disk struct {
 	torn int // batches that did not check while loading
 }
 
-func openDisk(dir string, stepUS int64, keep time.Duration, log *slog.Logger) (*disk, error) {
+// openDisk never fails on the disk itself: a directory that cannot be
+// created (a card remounted read-only, a full disk) leaves the history in
+// RAM, and every write tries again (Store.Run counts and logs the failures).
+func openDisk(dir string, stepUS int64, keep time.Duration, log *slog.Logger) *disk {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("history: %w", err)
+		log.Warn("history: cannot create the directory; closed buckets stay in RAM until it can be written", "dir", dir, "err", err)
 	}
-	return &disk{dir: dir, stepUS: stepUS, keep: keep, log: log}, nil
+	return &disk{dir: dir, stepUS: stepUS, keep: keep, log: log}
 }
 
 func (d *disk) files() ([]string, error) {
@@ -93,7 +96,9 @@ func (d *disk) load(now time.Time, put func(record)) error {
 	for _, name := range names {
 		b, err := os.ReadFile(name)
 		if err != nil {
-			return fmt.Errorf("history: %w", err)
+			// An unreadable file (a bad block) loses its buckets, not the rest.
+			d.log.Warn("history: file not readable; its buckets are lost", "file", name, "err", err)
+			continue
 		}
 		files++
 		c, err := d.parse(b, oldest, put)
@@ -198,6 +203,9 @@ func (d *disk) write(now time.Time, recs []record) (int, error) {
 		if d.f != nil {
 			_ = d.f.Close()
 			d.f = nil
+		}
+		if err := os.MkdirAll(d.dir, 0o755); err != nil {
+			return 0, err
 		}
 		name := filepath.Join(d.dir, "h-"+strconv.FormatInt(now.UnixNano(), 10)+".hist")
 		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o644)

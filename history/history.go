@@ -137,10 +137,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.k = s.cstep / s.step
 	if cfg.Dir != "" {
-		d, err := openDisk(cfg.Dir, s.step, cfg.Keep, s.log)
-		if err != nil {
-			return nil, err
-		}
+		d := openDisk(cfg.Dir, s.step, cfg.Keep, s.log)
 		s.disk = d
 		if err := d.load(time.Now(), s.restore); err != nil {
 			d.close()

@@ -426,3 +426,55 @@ func BenchmarkAdd(b *testing.B) {
 		s.Add(batch)
 	}
 }
+
+// A directory that cannot be created (here its parent is a file; on site a
+// card remounted read-only) does not stop the store: it opens, keeps the
+// buckets in RAM, counts the failed writes, and writes again once the
+// directory can be made; a restart reads back what was written then.
+func TestUnwritableDirKeepsRunning(t *testing.T) {
+	base := t.TempDir()
+	blocker := filepath.Join(base, "data")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(blocker, "history")
+	f := newFleet(2)
+	start := time.Now().Truncate(time.Hour).Add(-2 * time.Hour)
+	s := open(t, Config{Dir: dir, Devices: f.Devices})
+	s.Tick(start)
+	feed := func(from, to int) error {
+		batch := make([]ringstore.Sample, 1)
+		for sec := from; sec < to; sec++ {
+			for _, e := range f.entries {
+				batch[0] = good(e.Info.Name, "temperature", start.Add(time.Duration(sec)*time.Second+300*time.Millisecond).UnixMicro(), float64(sec))
+				s.Add(batch)
+			}
+		}
+		s.Tick(start.Add(time.Duration(to) * time.Second))
+		return s.Flush()
+	}
+	if err := feed(0, 60); err == nil {
+		t.Fatal("a write under a file succeeded")
+	}
+	c := s.Counters()
+	if c.WriteErrors != 1 || c.Dropped == 0 {
+		t.Fatalf("counters after a failed write: %+v", c)
+	}
+	if q, err := s.Query("logger-01", "temperature", start.UnixMicro(), start.Add(time.Minute-1).UnixMicro(), time.Minute); err != nil || q.Len() != 1 || q.Good[0] != 60 {
+		t.Fatalf("RAM lost the minute the disk refused: %v %+v", err, q)
+	}
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	if err := feed(60, 120); err != nil {
+		t.Fatalf("write once the directory can be made: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := open(t, Config{Dir: dir, Devices: f.Devices})
+	q, err := s2.Query("logger-01", "temperature", start.Add(time.Minute).UnixMicro(), start.Add(2*time.Minute-1).UnixMicro(), time.Minute)
+	if err != nil || q.Len() != 1 || q.Good[0] != 60 {
+		t.Fatalf("minute written after the disk came back, read back: %v %+v", err, q)
+	}
+}

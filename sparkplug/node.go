@@ -196,17 +196,13 @@ func New(cfg Config) (*Node, error) {
 	if cfg.DataDir != "" {
 		dir = cfg.DataDir
 		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("sparkplug: %w", err)
+			// A read-only or full disk: bdSeq and aliases live in memory (logged).
+			n.log.Warn("sparkplug: cannot create the directory", "dir", dir, "err", err)
 		}
 	}
 	var err error
-	if n.bd, err = openBdSeq(dir); err != nil {
-		return nil, err
-	}
-	aliases, err := loadAliases(dir, cfg.Devices)
-	if err != nil {
-		return nil, err
-	}
+	n.bd = openBdSeq(dir, n.log)
+	aliases := loadAliases(dir, cfg.Devices, n.log)
 	for _, d := range cfg.Devices {
 		di := devInfo{Device: d}
 		for _, t := range d.Tags {
@@ -431,10 +427,7 @@ func (e *events) kick(c chan struct{}) {
 // session is one MQTT connection: connect with the will, subscribe,
 // (wait for the primary host,) births, then the data loop.
 func (n *Node) session(ctx context.Context) error {
-	bdSeq, err := n.bd.next()
-	if err != nil {
-		return err
-	}
+	bdSeq := n.bd.next()
 	ev := &events{lost: make(chan struct{}), rebirth: make(chan struct{}, 1), state: make(chan struct{}, 1)}
 	will := AppendPayload(nil, &Payload{Timestamp: nowMS(), HasTimestamp: true,
 		Metrics: []Metric{{Name: MetricBdSeq, HasName: true, Datatype: TypeInt64, Value: Value{Kind: KindLong, U: bdSeq}}}})

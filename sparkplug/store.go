@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,43 +45,50 @@ func writeFileAtomic(path string, data []byte) error {
 }
 
 // bdSeqStore keeps the last bdSeq handed out in dir/bdseq ("" dir: memory).
+// The disk never stops the node: a file that cannot be read or holds
+// garbage is logged and numbering starts at a random value (so a host is
+// unlikely to match a new NBIRTH to an old NDEATH), and a bdSeq that
+// cannot be saved is logged and used anyway.
 type bdSeqStore struct {
 	path string
 	last int // -1 before the first
+	log  *slog.Logger
 }
 
-func openBdSeq(dir string) (*bdSeqStore, error) {
-	s := &bdSeqStore{last: -1}
+func openBdSeq(dir string, log *slog.Logger) *bdSeqStore {
+	s := &bdSeqStore{last: -1, log: log}
 	if dir == "" {
-		return s, nil
+		return s
 	}
 	s.path = filepath.Join(dir, "bdseq")
 	b, err := os.ReadFile(s.path)
-	switch {
-	case os.IsNotExist(err):
-		return s, nil
-	case err != nil:
-		return nil, fmt.Errorf("sparkplug: bdseq: %w", err)
+	if os.IsNotExist(err) {
+		return s
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || n < 0 || n > 255 {
-		return nil, fmt.Errorf("sparkplug: bdseq: %s holds %q, want 0..255", s.path, bytes.TrimSpace(b))
+	n, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err == nil && (perr != nil || n < 0 || n > 255) {
+		err = fmt.Errorf("%s holds %q, want 0..255", s.path, bytes.TrimSpace(b))
+	}
+	if err != nil {
+		s.last = rand.IntN(256)
+		log.Warn("sparkplug: bdseq not readable; numbering from a random value", "err", err, "last", s.last)
+		return s
 	}
 	s.last = n
-	return s, nil
+	return s
 }
 
 // next returns the bdSeq of a new connection (0..255, wrapping) and saves
 // it before the connection is made, so a crash never reuses one.
-func (s *bdSeqStore) next() (uint64, error) {
+func (s *bdSeqStore) next() uint64 {
 	n := (s.last + 1) % 256
 	if s.path != "" {
 		if err := writeFileAtomic(s.path, []byte(strconv.Itoa(n)+"\n")); err != nil {
-			return 0, fmt.Errorf("sparkplug: bdseq: %w", err)
+			s.log.Warn("sparkplug: bdseq not saved; a restart may reuse it", "bdseq", n, "err", err)
 		}
 	}
 	s.last = n
-	return uint64(n), nil
+	return uint64(n)
 }
 
 // aliasKey names one tag.
@@ -89,41 +98,19 @@ type aliasKey struct{ device, tag string }
 // dir/aliases keep their number (so a host's alias table stays valid across
 // restarts and config edits); new tags get the next free numbers in config
 // order, and the file is rewritten when any was added. Without dir the
-// aliases follow the config order (stable while the config is).
-func loadAliases(dir string, devs []Device) (map[aliasKey]uint64, error) {
-	m := map[aliasKey]uint64{}
-	next := uint64(firstTagAlias)
+// aliases follow the config order (stable while the config is). A file that
+// cannot be read or parsed is logged and the aliases start again from the
+// config order, and one that cannot be written is logged: the births carry
+// the aliases, so a host follows either way.
+func loadAliases(dir string, devs []Device, log *slog.Logger) map[aliasKey]uint64 {
 	path := ""
 	if dir != "" {
 		path = filepath.Join(dir, "aliases")
-		f, err := os.Open(path)
-		switch {
-		case os.IsNotExist(err):
-		case err != nil:
-			return nil, fmt.Errorf("sparkplug: aliases: %w", err)
-		default:
-			sc := bufio.NewScanner(f)
-			line := 0
-			for sc.Scan() {
-				line++
-				fs := strings.Split(sc.Text(), "\t")
-				if len(fs) != 3 {
-					f.Close()
-					return nil, fmt.Errorf("sparkplug: aliases: %s:%d: want alias<TAB>device<TAB>tag", path, line)
-				}
-				a, err := strconv.ParseUint(fs[0], 10, 64)
-				if err != nil || a < firstTagAlias {
-					f.Close()
-					return nil, fmt.Errorf("sparkplug: aliases: %s:%d: alias %q", path, line, fs[0])
-				}
-				m[aliasKey{fs[1], fs[2]}] = a
-				next = max(next, a+1)
-			}
-			f.Close()
-			if err := sc.Err(); err != nil {
-				return nil, fmt.Errorf("sparkplug: aliases: %w", err)
-			}
-		}
+	}
+	m, next, err := readAliases(path)
+	if err != nil {
+		log.Warn("sparkplug: aliases not readable; numbering them again from the config order", "err", err)
+		m, next = map[aliasKey]uint64{}, uint64(firstTagAlias)
 	}
 	added := false
 	for _, d := range devs {
@@ -142,8 +129,45 @@ func loadAliases(dir string, devs []Device) (map[aliasKey]uint64, error) {
 			fmt.Fprintf(&b, "%d\t%s\t%s\n", a, k.device, k.tag)
 		}
 		if err := writeFileAtomic(path, b.Bytes()); err != nil {
-			return nil, fmt.Errorf("sparkplug: aliases: %w", err)
+			log.Warn("sparkplug: aliases not saved; a restart may number new tags differently", "err", err)
 		}
 	}
-	return m, nil
+	return m
+}
+
+// readAliases reads path ("" or missing: none) and returns the aliases and
+// the next free one.
+func readAliases(path string) (map[aliasKey]uint64, uint64, error) {
+	m := map[aliasKey]uint64{}
+	next := uint64(firstTagAlias)
+	if path == "" {
+		return m, next, nil
+	}
+	f, err := os.Open(path)
+	switch {
+	case os.IsNotExist(err):
+		return m, next, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("sparkplug: aliases: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	line := 0
+	for sc.Scan() {
+		line++
+		fs := strings.Split(sc.Text(), "\t")
+		if len(fs) != 3 {
+			return nil, 0, fmt.Errorf("sparkplug: aliases: %s:%d: want alias<TAB>device<TAB>tag", path, line)
+		}
+		a, err := strconv.ParseUint(fs[0], 10, 64)
+		if err != nil || a < firstTagAlias {
+			return nil, 0, fmt.Errorf("sparkplug: aliases: %s:%d: alias %q", path, line, fs[0])
+		}
+		m[aliasKey{fs[1], fs[2]}] = a
+		next = max(next, a+1)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, 0, fmt.Errorf("sparkplug: aliases: %w", err)
+	}
+	return m, next, nil
 }

@@ -252,16 +252,22 @@ func (m *Mosquitto) Stop() {
 	}
 }
 
-// WaitFor checks cond every 2 ms until it holds, and fails the test when
-// limit passes first. It is how tests wait for a condition: never a bare
-// sleep.
+// WaitFor checks cond until it holds, and fails the test when limit passes
+// first. It is how tests wait for a condition: never a bare sleep. The
+// checks start 2 ms apart and slow down to 100 ms, so a condition that asks
+// the gateway over HTTP stays under its per-client rate limit (20/s for
+// reads, loopback included) and leaves room for the test's other clients.
 func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
+	wait := 2 * time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", limit, what)
 		}
-		time.Sleep(2 * time.Millisecond) // the poll interval of the condition check
+		time.Sleep(wait) // the poll interval of the condition check
+		if wait < 100*time.Millisecond {
+			wait += wait / 2
+		}
 	}
 }
