@@ -17,7 +17,7 @@ import (
 
 	"edgegw/conf"
 	"edgegw/lab/mqttbroker"
-	"edgegw/push"
+	"edgegw/receiver"
 	"edgegw/sim"
 	"edgegw/stats"
 )
@@ -131,7 +131,7 @@ func startDemoUpstream(out string, log *slog.Logger) (demoUpstream, []piece, err
 		}
 		w = f
 	}
-	recv := push.NewReceiver(push.ReceiverConfig{Listen: "127.0.0.1:0", Out: w, Logger: log.With("pkg", "receiver")})
+	recv := receiver.New(receiver.Config{Listen: "127.0.0.1:0", Out: w, Logger: log.With("pkg", "receiver")})
 	raddr, err := recv.Listen()
 	if err != nil {
 		return demoUpstream{}, nil, err

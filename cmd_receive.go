@@ -3,12 +3,11 @@
 package main
 
 import (
+	"edgegw/receiver"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-
-	"edgegw/push"
 )
 
 // cmdReceive runs the reference upstream receiver: it accepts gateways over
@@ -54,7 +53,7 @@ func cmdReceive(args []string) error {
 	} else {
 		log.Info("dedup state kept in memory only (-out -): a restart of the receiver may write duplicates")
 	}
-	r := push.NewReceiver(push.ReceiverConfig{Listen: *listen, Token: token, Out: w, Logger: log, StateDir: *stateDir})
+	r := receiver.New(receiver.Config{Listen: *listen, Token: token, Out: w, Logger: log, StateDir: *stateDir})
 	addr, err := r.Listen()
 	if err != nil {
 		return err

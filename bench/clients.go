@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"edgegw/wire"
 	"fmt"
 	"io"
 	"net"
@@ -89,16 +90,16 @@ func shortClient(ctx context.Context, run *stepRun, hc *http.Client, r *clientRe
 			continue
 		}
 		r.payload += uint64(buf.Len())
-		h, rest, err := parseHead(buf.Bytes())
+		h, rest, err := wire.ReadHead(buf.Bytes())
 		if err != nil {
 			r.errors++
 			continue
 		}
 		if !r.started {
-			r.begin(h.seq)
-		} else if h.seq > r.last {
+			r.begin(h.Seq)
+		} else if h.Seq > r.last {
 			fresh = fresh[:0]
-			err = eachSample(rest, func(seq uint64, ts int64, size int) {
+			err = wire.EachSample(rest, func(seq uint64, ts int64, size int) {
 				if seq > r.last {
 					fresh = append(fresh, seqTS{seq, ts, size})
 				} else {
@@ -113,10 +114,10 @@ func shortClient(ctx context.Context, run *stepRun, hc *http.Client, r *clientRe
 			for _, s := range fresh {
 				r.observe(s.seq, s.ts, s.size, now.UnixMicro(), rec)
 			}
-			r.skipTo(h.seq) // samples overwritten between two looks
+			r.skipTo(h.Seq) // samples overwritten between two looks
 			r.lastAtom.Store(r.last)
 		} else {
-			_ = eachSample(rest, func(uint64, int64, int) { r.repeated++ })
+			_ = wire.EachSample(rest, func(uint64, int64, int) { r.repeated++ })
 		}
 		due = due.Add(p)
 		if wait := time.Until(due); wait > 0 {
@@ -148,13 +149,13 @@ func longClient(ctx context.Context, run *stepRun, hc *http.Client, r *clientRes
 			continue
 		}
 		r.payload += uint64(buf.Len())
-		h, rest, err := parseHead(buf.Bytes())
+		h, rest, err := wire.ReadHead(buf.Bytes())
 		if err != nil {
 			r.errors++
 			continue
 		}
-		r.take(h, rest, h.reset, now, run.recording.Load())
-		after = max(r.last, h.seq)
+		r.take(h, rest, h.Reset, now, run.recording.Load())
+		after = max(r.last, h.Seq)
 	}
 }
 
@@ -212,11 +213,11 @@ func wsRead(ctx context.Context, run *stepRun, conn *websocket.Conn, r *clientRe
 		now := time.Now().UnixMicro()
 		r.requests++
 		r.payload += uint64(len(msg))
-		h, rest, err := parseHead(msg)
+		h, rest, err := wire.ReadHead(msg)
 		if err != nil {
 			r.errors++
 			continue
 		}
-		r.take(h, rest, h.snapshot, now, run.recording.Load())
+		r.take(h, rest, h.Snapshot, now, run.recording.Load())
 	}
 }

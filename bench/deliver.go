@@ -13,6 +13,7 @@ import (
 
 	"edgegw/ringstore"
 	"edgegw/web"
+	"edgegw/wire"
 )
 
 // Delivery methods.
@@ -259,19 +260,19 @@ func (r *clientResult) skipTo(seq uint64) {
 
 // observeAll counts every sample of a reply body (rest, after its head).
 func (r *clientResult) observeAll(rest []byte, now int64, record bool) {
-	if err := eachSample(rest, func(seq uint64, ts int64, size int) { r.observe(seq, ts, size, now, record) }); err != nil {
+	if err := wire.EachSample(rest, func(seq uint64, ts int64, size int) { r.observe(seq, ts, size, now, record) }); err != nil {
 		r.errors++
 	}
 }
 
 // take applies one reply of a stream: the first starts the count, a reset
 // (or snapshot) jumps the cursor, any other is observed sample by sample.
-func (r *clientResult) take(h head, rest []byte, reset bool, now int64, record bool) {
+func (r *clientResult) take(h wire.Head, rest []byte, reset bool, now int64, record bool) {
 	switch {
 	case !r.started:
-		r.begin(h.seq)
+		r.begin(h.Seq)
 	case reset:
-		r.jump(h.seq)
+		r.jump(h.Seq)
 	default:
 		r.observeAll(rest, now, record)
 	}

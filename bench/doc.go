@@ -5,7 +5,7 @@
 // optional peers (Debian's mosquitto, Telegraf's modbus input), and the
 // reports: a table, JSON, Markdown and SVG line charts. `edgegw bench soak`
 // runs the real gateway instead (`edgegw run -config FILE`, this binary or
-// -gateway) against loggers, a reference receiver (push.Receiver, in this
+// -gateway) against loggers, a reference receiver (receiver.Receiver, in this
 // process), a slow WebSocket client and request floods on a schedule, and
 // samples the gateway's /proc entries and API.
 //

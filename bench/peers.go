@@ -18,6 +18,7 @@ import (
 
 	"edgegw/ringstore"
 	"edgegw/sim"
+	"edgegw/wire"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
@@ -215,21 +216,13 @@ func (p *publisher) publish() error {
 	}
 	p.k++
 	last := first + uint64(len(batch)) - 1
-	b := appendFrame(nil, last, batch)
+	b := wire.AppendWSSamples(nil, last, batch)
 	p.seq.Store(last)
 	tok := p.cl.Publish(mqttTopic, 0, false, b)
 	if !tok.WaitTimeout(5 * time.Second) {
 		return errors.New("bench: mqtt publish timed out")
 	}
 	return tok.Error()
-}
-
-func appendFrame(b []byte, last uint64, samples []ringstore.Sample) []byte {
-	b = append(b, `{"type":"samples","seq":`...)
-	b = fmt.Appendf(b, "%d", last)
-	b = append(b, `,"samples":`...)
-	b = ringstore.AppendJSONArray(b, samples)
-	return append(b, '}')
 }
 
 func (p *publisher) run(ctx context.Context) error {
@@ -319,12 +312,12 @@ func mqttStep(ctx context.Context, cfg DeliverConfig, bin string, n int) (StepRe
 				return
 			}
 			b := m.Payload()
-			h, rest, err := parseHead(b)
+			h, rest, err := wire.ReadHead(b)
 			if err != nil {
 				r.errors++
 				return
 			}
-			if h.seq <= r.start {
+			if h.Seq <= r.start {
 				return // published before the subscription was acknowledged
 			}
 			r.requests++

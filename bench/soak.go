@@ -24,7 +24,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"edgegw/push"
+	"edgegw/receiver"
 	"edgegw/sim"
 	"edgegw/web"
 )
@@ -397,7 +397,7 @@ func (g *gatewayProc) logSum() LogSum {
 // uplink is the reference receiver, in this process, cut and restored on
 // the same address; its dedup state survives a cut.
 type uplink struct {
-	r      *push.Receiver
+	r      *receiver.Receiver
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -840,7 +840,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		return nil, fmt.Errorf("bench: soak: %w", err)
 	}
 	defer recvOut.Close()
-	recv := push.NewReceiver(push.ReceiverConfig{Listen: "127.0.0.1:0", Out: recvOut, Logger: cfg.Logger})
+	recv := receiver.New(receiver.Config{Listen: "127.0.0.1:0", Out: recvOut, Logger: cfg.Logger})
 	up := &uplink{r: recv}
 	if err := up.up(ctx); err != nil {
 		return nil, fmt.Errorf("bench: soak: receiver: %w", err)

@@ -5,72 +5,7 @@ import (
 	"encoding/xml"
 	"strings"
 	"testing"
-
-	"edgegw/ringstore"
 )
-
-func testSamples() []ringstore.Sample {
-	return []ringstore.Sample{
-		{Seq: 41, Device: "logger-01", Tag: "temperature", Value: 21.5, TS: 1764450000123456},
-		{Seq: 42, Device: `we"ird`, Tag: "on", Value: 1, Bool: true, TS: 1764450000123457},
-		{Seq: 43, Device: "logger-03", Tag: "humidity", Quality: ringstore.Timeout, TS: 7},
-	}
-}
-
-func TestParseReplies(t *testing.T) {
-	s := testSamples()
-	arr := ringstore.AppendJSONArray(nil, s)
-	cases := []struct {
-		name           string
-		body           string
-		seq            uint64
-		reset, snapTyp bool
-	}{
-		{"short", `{"seq":43,"tags":` + string(arr) + "}\n", 43, false, false},
-		{"long", `{"seq":43,"reset":false,"samples":` + string(arr) + "}\n", 43, false, false},
-		{"long reset", `{"seq":99,"reset":true,"samples":` + string(arr) + "}\n", 99, true, false},
-		{"ws samples", string(appendFrame(nil, 43, s)), 43, false, false},
-		{"ws snapshot", `{"type":"snapshot","seq":50,"reset":false,"samples":` + string(arr) + "}", 50, false, true},
-	}
-	for _, c := range cases {
-		h, rest, err := parseHead([]byte(c.body))
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if h.seq != c.seq || h.reset != c.reset || h.snapshot != c.snapTyp {
-			t.Errorf("%s: head %+v, want seq %d reset %v snapshot %v", c.name, h, c.seq, c.reset, c.snapTyp)
-		}
-		var got []seqTS
-		if err := eachSample(rest, func(seq uint64, ts int64, size int) { got = append(got, seqTS{seq, ts, size}) }); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if len(got) != len(s) {
-			t.Fatalf("%s: %d samples, want %d", c.name, len(got), len(s))
-		}
-		for i := range s {
-			if want := len(s[i].AppendJSON(nil)); got[i].seq != s[i].Seq || got[i].ts != s[i].TS || got[i].size != want {
-				t.Errorf("%s: sample %d = %+v, want seq %d ts %d", c.name, i, got[i], s[i].Seq, s[i].TS)
-			}
-		}
-	}
-	empty := `{"seq":7,"reset":false,"samples":[]}`
-	h, rest, err := parseHead([]byte(empty))
-	if err != nil || h.seq != 7 {
-		t.Fatalf("empty: %+v %v", h, err)
-	}
-	if err := eachSample(rest, func(uint64, int64, int) { t.Error("sample in an empty list") }); err != nil {
-		t.Fatal(err)
-	}
-	for _, bad := range []string{`{"error":"x"}`, `{"seq":x,"samples":[]}`, `{"seq":1,"samples":[{"seq":2,"device":"d"}]}`} {
-		h, rest, err := parseHead([]byte(bad))
-		if err == nil {
-			err = eachSample(rest, func(uint64, int64, int) {})
-		}
-		if err == nil {
-			t.Errorf("%s: parsed as %+v, want an error", bad, h)
-		}
-	}
-}
 
 func TestClientResultAccounting(t *testing.T) {
 	r := newClientResult()

@@ -17,6 +17,7 @@ import (
 	"edgegw/internal/backoff"
 	"edgegw/ringstore"
 	"edgegw/stats"
+	"edgegw/wire"
 )
 
 // MQTT modes.
@@ -192,7 +193,7 @@ func New(cfg Config) (*Pusher, error) {
 		}
 		p.wsOrigin = "websocket uplink " + u.Host
 		p.header = http.Header{}
-		p.header.Set(gatewayHeader, cfg.GatewayID)
+		p.header.Set(wire.GatewayHeader, cfg.GatewayID)
 		if w.Token != "" {
 			p.header.Set("Authorization", "Bearer "+w.Token)
 		}

@@ -1,8 +1,8 @@
 // Package push owns the upstream: the WebSocket uplink with acknowledged
 // batches, the MQTT publisher (fallback path for the batches, per-tag
-// retained topics, status with a last will), the failover policy between
-// them, the reference receiver of the protocol and the embedded MQTT broker
-// used by `edgegw demo`.
+// retained topics, status with a last will) and the failover policy between
+// them. It is the uplink client only: the frames are package wire's, the
+// reference receiver is package receiver, the demo's broker lab/mqttbroker.
 //
 // It never polls devices, never serves local clients and never imports edge
 // or web: it reads the durable queue (ringstore.Queue) and the latest values
@@ -22,6 +22,5 @@
 // dispatcher in Run stops the MQTT sender before a WebSocket session may
 // start. Write commands run in goroutines owned by the session that read
 // them (at most MaxWrites each, answered through the session's one writer)
-// or by the MQTT write loop in Run. Receiver.Serve and Broker.Run likewise
-// wait for their connections.
+// or by the MQTT write loop in Run.
 package push

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"edgegw/internal/testenv"
+	"edgegw/receiver"
 	"edgegw/ringstore"
 	"edgegw/stats"
 
@@ -62,7 +63,7 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // serveReceiver runs r until stop is called (or the test ends).
-func serveReceiver(t *testing.T, r *Receiver) (addr net.Addr, stop func()) {
+func serveReceiver(t *testing.T, r *receiver.Receiver) (addr net.Addr, stop func()) {
 	t.Helper()
 	addr, err := r.Listen()
 	if err != nil {

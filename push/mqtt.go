@@ -2,11 +2,9 @@ package push
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +12,7 @@ import (
 
 	"edgegw/internal/backoff"
 	"edgegw/ringstore"
+	"edgegw/wire"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
@@ -54,7 +53,7 @@ func (p *Pusher) newMQTT() *mqttLink {
 		SetConnectRetry(true).
 		SetConnectRetryInterval(m.ReconnectMin).
 		SetMaxReconnectInterval(m.ReconnectMax).
-		SetWill(m.TopicPrefix+"/status", "offline", 1, true)
+		SetWill(m.TopicPrefix+"/status", wire.StatusOffline, 1, true)
 	if p.tlsMQTT != nil {
 		o.SetTLSConfig(p.tlsMQTT)
 	}
@@ -66,7 +65,7 @@ func (p *Pusher) newMQTT() *mqttLink {
 			// Subscribed here, so that it survives reconnects (clean session).
 			c.Subscribe(l.prefix+"/write/+/+", 1, func(c mqtt.Client, msg mqtt.Message) { p.onMQTTWrite(l, c, msg) })
 		}
-		c.Publish(l.prefix+"/status", 1, true, "online") // not waited for: we are in paho's callback
+		c.Publish(l.prefix+"/status", 1, true, wire.StatusOnline) // not waited for: we are in paho's callback
 		l.mu.Lock()
 		l.connSeq++
 		if l.connSeq > 1 {
@@ -118,7 +117,7 @@ func (l *mqttLink) start() { l.c.Connect() }
 // Run leaves no paho goroutine behind in the usual case.
 func (l *mqttLink) stop(wait time.Duration) {
 	if l.up() {
-		l.c.Publish(l.prefix+"/status", 1, true, "offline").WaitTimeout(time.Second)
+		l.c.Publish(l.prefix+"/status", 1, true, wire.StatusOffline).WaitTimeout(time.Second)
 	}
 	l.c.Disconnect(250)
 	deadline := time.Now().Add(wait)
@@ -175,7 +174,7 @@ func (p *Pusher) mqttSender(ctx context.Context, l *mqttLink) {
 			now := time.Now()
 			if batch := bt.next(p.q, after, now); batch != nil {
 				last := batch[len(batch)-1].Seq
-				tok := l.c.Publish(topic, m.QoS, false, appendBatchTS(nil, p.gwJSON, batch, p.cfg.TSMillis, bt.skips...))
+				tok := l.c.Publish(topic, m.QoS, false, wire.AppendBatch(nil, p.gwJSON, batch, p.cfg.TSMillis, skipRanges(bt.skips)))
 				inflight = append(inflight, pub{tok: tok, last: last, n: len(batch), sent: now})
 				after = last
 				continue
@@ -297,7 +296,7 @@ func (p *Pusher) perTagLoop(ctx context.Context, l *mqttLink) {
 				if !all && s.Seq <= published {
 					continue
 				}
-				payload := appendTagPayload(nil, s, unit(s.Device, s.Tag), p.cfg.TSMillis) // paho keeps the slice until written: never reuse it
+				payload := wire.AppendTagPayload(nil, s, unit(s.Device, s.Tag), p.cfg.TSMillis) // paho keeps the slice until written: never reuse it
 				l.c.Publish(l.prefix+"/"+topicPart(s.Device)+"/"+topicPart(s.Tag), 0, true, payload)
 			}
 			published, connSeen = snap.Seq, cs
@@ -310,28 +309,6 @@ func (p *Pusher) perTagLoop(ctx context.Context, l *mqttLink) {
 		}
 		pace.Reset(p.cfg.WS.BatchWait)
 	}
-}
-
-// appendTagValue writes {"value":…,"quality":…,"ts":…,"seq":…} using the
-// sample's own encoder for the value.
-func appendTagValue(b []byte, s *ringstore.Sample) []byte { return appendTagPayload(b, s, "", false) }
-
-// appendTagPayload is appendTagValue with the tag's unit (left out when
-// empty) and ts in milliseconds when ms is set.
-func appendTagPayload(b []byte, s *ringstore.Sample, unit string, ms bool) []byte {
-	j := s.AppendJSONTS(nil, ms)
-	// {"seq":N,"device":"..","tag":"..","value":V,"quality":"q","ts":T}
-	i := strings.Index(string(j), `,"value":`)
-	b = append(b, '{')
-	b = append(b, j[i+1:len(j)-1]...)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, s.Seq, 10)
-	if unit != "" {
-		u, _ := json.Marshal(unit)
-		b = append(b, `,"unit":`...)
-		b = append(b, u...)
-	}
-	return append(b, '}')
 }
 
 // unitIndex returns a lookup of tag units over the current devices (one
@@ -369,7 +346,7 @@ func topicPart(s string) string {
 
 // mqttCmd is a write command taken from the MQTT write topic.
 type mqttCmd struct {
-	cmd   command
+	cmd   wire.WriteCommand
 	topic string // the command's topic; the answer goes to topic+"/result"
 }
 
@@ -389,15 +366,15 @@ func (p *Pusher) onMQTTWrite(l *mqttLink, c mqtt.Client, msg mqtt.Message) {
 		return
 	}
 	p.wc.received.Add(1)
-	reply := func(a WriteAnswer) {
-		c.Publish(topic+"/result", 1, false, appendWriteResult(nil, &a)) // not waited for: paho's goroutine
+	reply := func(a wire.WriteAnswer) {
+		c.Publish(topic+"/result", 1, false, wire.AppendWriteResult(nil, &a)) // not waited for: paho's goroutine
 	}
 	var mc mqttCmd
 	mc.topic = topic
 	rest, ok := strings.CutPrefix(topic, l.prefix+"/write/")
 	device, tag, ok2 := strings.Cut(rest, "/")
-	id, value, err := parseMQTTWrite(msg.Payload())
-	mc.cmd = command{ID: id, Device: device, Tag: tag, Value: value}
+	id, value, err := wire.ParseMQTTWrite(msg.Payload())
+	mc.cmd = wire.WriteCommand{ID: id, Device: device, Tag: tag, Value: value}
 	bad := ""
 	switch {
 	case !ok || !ok2:
@@ -405,31 +382,31 @@ func (p *Pusher) onMQTTWrite(l *mqttLink, c mqtt.Client, msg mqtt.Message) {
 	case err != nil:
 		bad = err.Error()
 	default:
-		bad = mc.cmd.check()
+		bad = mc.cmd.Check()
 	}
 	if bad != "" {
-		reply(p.refuse(id, KindBadRequest, bad, p.mqttOrigin))
+		reply(p.refuse(id, wire.KindBadRequest, bad, p.mqttOrigin))
 		return
 	}
 	if p.cfg.Writer == nil {
-		reply(p.refuse(id, KindRefused, errNoWriter, p.mqttOrigin))
+		reply(p.refuse(id, wire.KindRefused, errNoWriter, p.mqttOrigin))
 		return
 	}
 	if !p.mqttBucket.allow(time.Now()) {
-		reply(p.refuse(id, KindBusy, fmt.Sprintf("over the rate limit (%g/s)", p.cfg.MQTT.WriteRate), p.mqttOrigin))
+		reply(p.refuse(id, wire.KindBusy, fmt.Sprintf("over the rate limit (%g/s)", p.cfg.MQTT.WriteRate), p.mqttOrigin))
 		return
 	}
 	select {
 	case l.cmds <- mc:
 	default:
-		reply(p.refuse(id, KindBusy, "write command queue full", p.mqttOrigin))
+		reply(p.refuse(id, wire.KindBusy, "write command queue full", p.mqttOrigin))
 	}
 }
 
 // mqttWriteLoop carries out the MQTT write commands one at a time (they
 // go to the devices' schedulers, which serialize them anyway) and publishes
 // each answer to <topic>/result, QoS 1, not retained, in the JSON of the
-// WebSocket answer (see WriteAnswer).
+// WebSocket answer (see wire.WriteAnswer).
 func (p *Pusher) mqttWriteLoop(ctx context.Context, l *mqttLink) {
 	for {
 		select {
@@ -440,7 +417,7 @@ func (p *Pusher) mqttWriteLoop(ctx context.Context, l *mqttLink) {
 			if ctx.Err() != nil {
 				return
 			}
-			l.c.Publish(mc.topic+"/result", 1, false, appendWriteResult(nil, &a))
+			l.c.Publish(mc.topic+"/result", 1, false, wire.AppendWriteResult(nil, &a))
 		}
 	}
 }

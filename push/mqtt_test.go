@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"edgegw/lab/mqttbroker"
+	"edgegw/receiver"
 	"edgegw/stats"
 )
 
@@ -158,9 +159,9 @@ func TestModeAlwaysMirrors(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	var wsOut, mqttOut syncBuffer
-	r := NewReceiver(ReceiverConfig{Out: &wsOut})
+	r := receiver.New(receiver.Config{Out: &wsOut})
 	addr, _ := serveReceiver(t, r)
-	viaMQTT := NewReceiver(ReceiverConfig{Out: &mqttOut})
+	viaMQTT := receiver.New(receiver.Config{Out: &mqttOut})
 	online := make(chan struct{})
 	var onlineOnce sync.Once
 	subscribe(t, baddr.String(), "edgegw/"+gwID+"/#", func(topic string, payload []byte, _ bool) {

@@ -3,7 +3,6 @@ package push
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,8 +13,10 @@ import (
 
 	"edgegw/internal/testenv"
 	"edgegw/lab/mqttbroker"
+	"edgegw/receiver"
 	"edgegw/ringstore"
 	"edgegw/stats"
+	"edgegw/wire"
 
 	"github.com/gorilla/websocket"
 )
@@ -42,7 +43,7 @@ func checkExactlyOnce(t *testing.T, seqs []uint64, from, to uint64) {
 // (a) WebSocket up: every sample acknowledged, the queue drains to zero.
 func TestWebSocketAllAcked(t *testing.T) {
 	var out syncBuffer
-	r := NewReceiver(ReceiverConfig{Token: "s3cret", Out: &out, Logger: testLogger(t)})
+	r := receiver.New(receiver.Config{Token: "s3cret", Out: &out, Logger: testLogger(t)})
 	addr, _ := serveReceiver(t, r)
 	g := newGateway(t, "")
 	st := new(stats.Upstream)
@@ -70,7 +71,7 @@ func TestWebSocketAllAcked(t *testing.T) {
 
 // A wrong token is refused (401): the pusher stops dialling and says so.
 func TestBadTokenRefused(t *testing.T) {
-	r := NewReceiver(ReceiverConfig{Token: "right", Logger: testLogger(t)})
+	r := receiver.New(receiver.Config{Token: "right", Logger: testLogger(t)})
 	addr, _ := serveReceiver(t, r)
 	g := newGateway(t, "")
 	st := new(stats.Upstream)
@@ -104,111 +105,6 @@ func TestBadTokenRefused(t *testing.T) {
 	resp.Body.Close()
 }
 
-// Duplicate and overlapping batches are acked but not written twice.
-func TestReceiverDuplicates(t *testing.T) {
-	var out syncBuffer
-	r := NewReceiver(ReceiverConfig{Out: &out, Logger: testLogger(t)})
-	addr, _ := serveReceiver(t, r)
-	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr.String()+"/ingest", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	mk := func(from, to uint64) []byte {
-		var s []ringstore.Sample
-		for i := from; i <= to; i++ {
-			s = append(s, ringstore.Sample{Seq: i, Device: "d", Tag: "t", Value: float64(i), TS: int64(i)})
-		}
-		return appendBatch(nil, []byte(`"`+gwID+`"`), s)
-	}
-	send := func(frame []byte, wantAck uint64) {
-		t.Helper()
-		if err := c.WriteMessage(websocket.TextMessage, frame); err != nil {
-			t.Fatal(err)
-		}
-		_, msg, err := c.ReadMessage()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if last, err := parseAck(msg); err != nil || last != wantAck {
-			t.Fatalf("ack %q: %d %v, want %d", msg, last, err, wantAck)
-		}
-	}
-	send(mk(10, 19), 19)
-	send(mk(10, 19), 19) // the same batch again (a resend after a lost ack)
-	send(mk(15, 24), 24) // overlapping
-	send(mk(30, 31), 31) // a gap 25..29
-	send(mk(25, 29), 29) // filled late (the other path)
-	send(mk(10, 31), 31) // all of it again
-	var want []uint64
-	for i := uint64(10); i <= 24; i++ {
-		want = append(want, i)
-	}
-	want = append(want, 30, 31, 25, 26, 27, 28, 29)
-	got := out.seqs(t, gwID)
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("written %v, want %v", got, want)
-	}
-	rs := r.Stats()
-	if rs.Samples != 22 || rs.Duplicates != 10+5+22 || rs.Batches != 6 || rs.Gaps != 1 || rs.GapSamples != 5 {
-		t.Fatalf("stats: %+v", rs)
-	}
-	// A malformed frame closes the connection and is counted.
-	_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"batch","gateway":"x","first":2,"last":1,"samples":[]}`))
-	if _, _, err := c.ReadMessage(); err == nil {
-		t.Fatal("bad frame: connection still open")
-	}
-	if r.Stats().BadFrames != 1 {
-		t.Fatalf("bad frames: %+v", r.Stats())
-	}
-}
-
-func TestDedupCompaction(t *testing.T) {
-	d := &dedup{max: 3}
-	steps := []struct {
-		seq      uint64
-		skipFrom uint64 // > 0: skip(skipFrom, seq) instead of add(seq)
-		new      bool
-		gap      seqRange
-		hwm      uint64
-		held     int
-	}{
-		{seq: 100, new: true, hwm: 100},
-		{seq: 101, new: true, hwm: 101},
-		{seq: 101, hwm: 101},
-		{seq: 105, new: true, gap: seqRange{102, 104}, hwm: 101, held: 1},
-		{seq: 107, new: true, gap: seqRange{106, 106}, hwm: 101, held: 2},
-		{seq: 103, new: true, hwm: 101, held: 3},
-		{seq: 108, new: true, hwm: 101, held: 3}, // joins 107's range
-		{seq: 109, new: true, hwm: 101, held: 3},
-		{seq: 111, new: true, gap: seqRange{110, 110}, hwm: 103, held: 3}, // over max: the hole 102 is given up, 103 absorbed
-		{seq: 102, hwm: 103, held: 3},
-		{seq: 104, new: true, hwm: 105, held: 2}, // fills a hole: 105 absorbed
-		{seq: 106, new: true, hwm: 109, held: 1},
-		{seq: 108, hwm: 109, held: 1},
-		{skipFrom: 112, seq: 200, hwm: 109, held: 1},                          // a restart's skip right after the top: no gap
-		{seq: 201, new: true, hwm: 109, held: 1},                              // the next run's first sample: no gap
-		{seq: 150, hwm: 109, held: 1},                                         // inside the skip: seen
-		{skipFrom: 300, seq: 400, gap: seqRange{202, 299}, hwm: 109, held: 2}, // samples before a skip missing: a gap
-		{seq: 110, new: true, hwm: 201, held: 1},
-	}
-	for i, s := range steps {
-		var isNew bool
-		var gap seqRange
-		if s.skipFrom > 0 {
-			gap = d.skip(s.skipFrom, s.seq)
-		} else {
-			isNew, gap = d.add(s.seq)
-		}
-		if isNew != s.new || gap != s.gap {
-			t.Fatalf("step %d (seq %d): new %v gap %v, want %v %v", i, s.seq, isNew, gap, s.new, s.gap)
-		}
-		if d.HWM != s.hwm || len(d.Above) != s.held {
-			t.Fatalf("step %d: hwm %d held %v, want %d %d", i, d.HWM, d.Above, s.hwm, s.held)
-		}
-	}
-}
-
 func TestNewConfigErrors(t *testing.T) {
 	q, _ := ringstore.OpenQueue(ringstore.QueueConfig{})
 	for _, c := range []Config{
@@ -225,18 +121,6 @@ func TestNewConfigErrors(t *testing.T) {
 	}
 }
 
-func TestProtocolErrorsTyped(t *testing.T) {
-	_, err := parseAck([]byte(`{"type":"batch"}`))
-	var pe *ProtocolError
-	if !errors.As(err, &pe) || pe.Frame != "ack" {
-		t.Fatalf("%v", err)
-	}
-	_, err = parseBatch([]byte(`{"type":"batch","gateway":"g","first":1,"last":2,"samples":[{"seq":2,"device":"d","tag":"t","value":1,"quality":"good","ts":1},{"seq":1,"device":"d","tag":"t","value":1,"quality":"good","ts":1}]}`))
-	if !errors.As(err, &pe) || pe.Frame != "batch" {
-		t.Fatalf("%v", err)
-	}
-}
-
 // TestFailover: (a) WS up; (b) receiver down: MQTT takes over after
 // FallbackAfter; (c) mosquitto down too: the queue grows; (d) both back:
 // WS takes over. The union of what the receiver and an MQTT subscriber got
@@ -245,10 +129,10 @@ func TestProtocolErrorsTyped(t *testing.T) {
 func TestFailover(t *testing.T) {
 	mosq := testenv.StartMosquitto(t)
 	var wsOut, mqttOut syncBuffer
-	r := NewReceiver(ReceiverConfig{Token: "tok", Out: &wsOut, Logger: testLogger(t)})
+	r := receiver.New(receiver.Config{Token: "tok", Out: &wsOut, Logger: testLogger(t)})
 	addr, stopR := serveReceiver(t, r)
 	// The MQTT side of the union: a subscriber feeding a second receiver.
-	viaMQTT := NewReceiver(ReceiverConfig{Out: &mqttOut, Logger: testLogger(t)})
+	viaMQTT := receiver.New(receiver.Config{Out: &mqttOut, Logger: testLogger(t)})
 	var subMu sync.Mutex
 	var subErr error
 	prefix := "edgegw/" + gwID
@@ -419,7 +303,7 @@ func TestEmbeddedBroker(t *testing.T) {
 		}
 	}()
 	var out syncBuffer
-	rcv := NewReceiver(ReceiverConfig{Out: &out})
+	rcv := receiver.New(receiver.Config{Out: &out})
 	subscribe(t, addr.String(), "edgegw/"+gwID+"/batch", func(_ string, payload []byte, _ bool) { _, _ = rcv.Ingest(payload) })
 	g := newGateway(t, "")
 	p, err := New(Config{GatewayID: gwID, MQTT: MQTTConfig{Broker: "tcp://" + addr.String(), NoPerTagTopics: true},
@@ -437,32 +321,12 @@ func TestEmbeddedBroker(t *testing.T) {
 	stop()
 }
 
-// Bytes on the wire per sample: a WebSocket frame, the MQTT batch payload
-// (the same bytes) and a per-tag payload.
-func BenchmarkBatchFrame(b *testing.B) {
-	samples := make([]ringstore.Sample, 500)
-	ts := time.Now().UnixMicro()
-	for i := range samples {
-		samples[i] = ringstore.Sample{Seq: 1795987408427661 + uint64(i), Device: fmt.Sprintf("logger-%02d", i/2%48),
-			Tag: []string{"temperature", "humidity"}[i%2], Value: 21.5 + float64(i%7)/10, TS: ts + int64(i/2)*1000}
-	}
-	gw, _ := json.Marshal("gw-01")
-	var buf []byte
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		buf = appendBatch(buf[:0], gw, samples)
-	}
-	b.ReportMetric(float64(len(buf))/float64(len(samples)), "B/sample")
-	tag := appendTagValue(nil, &samples[0])
-	b.ReportMetric(float64(len(tag)), "pertag-B")
-}
-
 // A gateway restart mid-outage: the queue is reopened from disk and the new
 // pusher resends everything unacknowledged, from the oldest.
 func TestRestartResends(t *testing.T) {
 	dir := t.TempDir()
 	var out syncBuffer
-	r := NewReceiver(ReceiverConfig{Out: &out, Logger: testLogger(t)})
+	r := receiver.New(receiver.Config{Out: &out, Logger: testLogger(t)})
 	addr, err := r.Listen() // bound, not served yet: the gateway cannot get through
 	if err != nil {
 		t.Fatal(err)
@@ -533,7 +397,7 @@ func TestWebSocketNoAckResends(t *testing.T) {
 			if err != nil {
 				return
 			}
-			f, err := parseBatch(msg)
+			f, err := wire.ParseBatch(msg, wire.DefaultMaxBatch)
 			if err != nil {
 				t.Errorf("bad batch: %v", err)
 				return
@@ -592,8 +456,7 @@ func TestWebSocketNoAckResends(t *testing.T) {
 }
 
 // A batch never mixes epochs and carries the restart skips it crosses; the
-// receiver takes a skip as seen (no gap), a new epoch as no gap, and its
-// state file carries the dedup across its own restart.
+// receiver takes a skip as seen (no gap) and a new epoch as no gap.
 func TestEpochBatchesAndReceiverState(t *testing.T) {
 	q, _ := ringstore.OpenQueue(ringstore.QueueConfig{})
 	const e1, e2 = 0x1111222233334444, 0x5555666677778888
@@ -617,15 +480,14 @@ func TestEpochBatchesAndReceiverState(t *testing.T) {
 	if len(bt.skips) != 1 || bt.skips[0].First != 4 || bt.skips[0].Last != 999 {
 		t.Fatalf("skips %v", bt.skips)
 	}
-	f1 := appendBatch(nil, []byte(`"gw"`), b, bt.skips...)
+	f1 := wire.AppendBatch(nil, []byte(`"gw"`), b, false, skipRanges(bt.skips))
 	if !strings.Contains(string(f1), `"v":2,"gateway":"gw","epoch":"1111222233334444","first":1,"last":1002,"skip":[[4,999]],`) {
 		t.Fatalf("frame %s", f1)
 	}
-	f2 := appendBatch(nil, []byte(`"gw"`), bt.next(q, 1002, now), bt.skips...)
+	f2 := wire.AppendBatch(nil, []byte(`"gw"`), bt.next(q, 1002, now), false, skipRanges(bt.skips))
 
-	dir := t.TempDir()
 	var out syncBuffer
-	r := NewReceiver(ReceiverConfig{Out: &out, StateDir: dir})
+	r := receiver.New(receiver.Config{Out: &out})
 	for _, f := range [][]byte{f1, f1, f2} {
 		if _, err := r.Ingest(f); err != nil {
 			t.Fatal(err)
@@ -636,16 +498,5 @@ func TestEpochBatchesAndReceiverState(t *testing.T) {
 	}
 	if !strings.Contains(out.b.String(), `{"gateway":"gw","epoch":"5555666677778888","seq":1003,`) {
 		t.Fatalf("output %s", out.b.String())
-	}
-	// A new receiver on the same state: everything is a duplicate, and a
-	// late batch of the older epoch too.
-	r2 := NewReceiver(ReceiverConfig{Out: &out, StateDir: dir})
-	for _, f := range [][]byte{f2, f1} {
-		if _, err := r2.Ingest(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if st := r2.Stats(); st.Samples != 0 || st.Duplicates != 8 || st.Gaps != 0 {
-		t.Fatalf("after restart: stats %+v", st)
 	}
 }

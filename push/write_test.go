@@ -5,17 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"edgegw/internal/testenv"
-	"edgegw/ringstore"
+	"edgegw/receiver"
+	"edgegw/wire"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/gorilla/websocket"
@@ -75,9 +74,9 @@ func (f *fakeWriter) getCalls() []writeCall {
 
 // uplink runs a receiver and a WebSocket pusher with writer w (may be nil)
 // and waits until the receiver knows the gateway.
-func uplink(t *testing.T, w Writer, tune func(*Config)) (*Receiver, *Pusher, *gateway) {
+func uplink(t *testing.T, w Writer, tune func(*Config)) (*receiver.Receiver, *Pusher, *gateway) {
 	t.Helper()
-	r := NewReceiver(ReceiverConfig{Token: "tok", Logger: testLogger(t)})
+	r := receiver.New(receiver.Config{Token: "tok", Logger: testLogger(t)})
 	addr, _ := serveReceiver(t, r)
 	g := newGateway(t, "")
 	cfg := Config{GatewayID: gwID, WS: wsConfig(addr.String(), "tok"), Queue: g.q, Logger: testLogger(t)}
@@ -96,7 +95,7 @@ func uplink(t *testing.T, w Writer, tune func(*Config)) (*Receiver, *Pusher, *ga
 	return r, p, g
 }
 
-func rwrite(t *testing.T, r *Receiver, device, tag string, v float64) WriteAnswer {
+func rwrite(t *testing.T, r *receiver.Receiver, device, tag string, v float64) wire.WriteAnswer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -124,7 +123,7 @@ func TestUplinkWrite(t *testing.T) {
 		t.Fatalf("answer %+v", a)
 	}
 	a = rwrite(t, r, "boiler plc", "setpoint", 1) // not a valid name: never reaches the writer
-	if a.OK || a.Kind != KindBadRequest {
+	if a.OK || a.Kind != wire.KindBadRequest {
 		t.Fatalf("answer %+v", a)
 	}
 	calls := w.getCalls()
@@ -142,7 +141,7 @@ func TestUplinkWrite(t *testing.T) {
 		t.Fatalf("receiver %+v", rs)
 	}
 	// An unknown gateway is an error, not an answer.
-	if _, err := r.Write(context.Background(), "gw-nope", "d", "t", 1); !errors.Is(err, ErrNotConnected) {
+	if _, err := r.Write(context.Background(), "gw-nope", "d", "t", 1); !errors.Is(err, receiver.ErrNotConnected) {
 		t.Fatalf("unknown gateway: %v", err)
 	}
 }
@@ -154,7 +153,7 @@ func TestUplinkWriteBusyAndTimeout(t *testing.T) {
 	w := &fakeWriter{gate: make(chan struct{}), entered: make(chan struct{}, 8)}
 	r, p, _ := uplink(t, w, func(c *Config) { c.MaxWrites = 2; c.WriteTimeout = 5 * time.Second })
 	type res struct {
-		a   WriteAnswer
+		a   wire.WriteAnswer
 		err error
 	}
 	results := make(chan res, 2)
@@ -175,7 +174,7 @@ func TestUplinkWriteBusyAndTimeout(t *testing.T) {
 	}
 	start := time.Now()
 	a := rwrite(t, r, "d", "t", 9)
-	if a.OK || a.Kind != KindBusy {
+	if a.OK || a.Kind != wire.KindBusy {
 		t.Fatalf("third write: %+v", a)
 	}
 	if d := time.Since(start); d > 2*time.Second {
@@ -197,7 +196,7 @@ func TestUplinkWriteBusyAndTimeout(t *testing.T) {
 	defer close(w2.gate)
 	r2, _, _ := uplink(t, w2, func(c *Config) { c.WriteTimeout = 100 * time.Millisecond })
 	a = rwrite(t, r2, "d", "t", 1)
-	if a.OK || a.Kind != KindTimeout {
+	if a.OK || a.Kind != wire.KindTimeout {
 		t.Fatalf("slow writer: %+v", a)
 	}
 }
@@ -206,7 +205,7 @@ func TestUplinkWriteBusyAndTimeout(t *testing.T) {
 func TestUplinkWriteRefusedWithoutWriter(t *testing.T) {
 	r, p, _ := uplink(t, nil, nil)
 	a := rwrite(t, r, "boiler-plc", "setpoint", 42)
-	if a.OK || a.Kind != KindRefused || !strings.Contains(a.Error, "write commands are off") {
+	if a.OK || a.Kind != wire.KindRefused || !strings.Contains(a.Error, "write commands are off") {
 		t.Fatalf("answer %+v", a)
 	}
 	if ws := p.WriteStats(); ws.Refused != 1 || ws.Received != 1 {
@@ -289,8 +288,8 @@ func TestUplinkBadMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	runPusher(t, p)
-	want := map[string]string{"a": KindBadRequest, "b": KindBadRequest, "": KindBadRequest, "c": KindBadRequest, "d": KindBadRequest}
-	got := map[string]WriteAnswer{}
+	want := map[string]string{"a": wire.KindBadRequest, "b": wire.KindBadRequest, "": wire.KindBadRequest, "c": wire.KindBadRequest, "d": wire.KindBadRequest}
+	got := map[string]wire.WriteAnswer{}
 	for len(got) < 6 {
 		select {
 		case m := <-answers:
@@ -300,7 +299,7 @@ func TestUplinkBadMessages(t *testing.T) {
 				}
 				continue
 			}
-			var a WriteAnswer
+			var a wire.WriteAnswer
 			if err := json.Unmarshal([]byte(m), &a); err != nil {
 				t.Fatalf("answer %q: %v", m, err)
 			}
@@ -330,55 +329,6 @@ func TestUplinkBadMessages(t *testing.T) {
 	}
 	if calls := w.getCalls(); len(calls) != 1 || calls[0].Value != 1 {
 		t.Fatalf("writer calls %v", calls)
-	}
-}
-
-// The receiver refuses a batch above MaxBatch before decoding it, and a
-// WebSocket message above MaxFrame; a frame of a million tiny elements
-// costs about its own size in memory, not a million samples.
-func TestReceiverLimits(t *testing.T) {
-	r := NewReceiver(ReceiverConfig{MaxBatch: 100, MaxFrame: 64 << 10, Logger: testLogger(t)})
-	mk := func(n int) []byte {
-		s := make([]ringstore.Sample, n)
-		for i := range s {
-			s[i] = ringstore.Sample{Seq: uint64(i + 1), Device: "d", Tag: "t", Value: 1}
-		}
-		return appendBatch(nil, []byte(`"g"`), s)
-	}
-	if _, err := r.Ingest(mk(100)); err != nil {
-		t.Fatal(err)
-	}
-	var pe *ProtocolError
-	if _, err := r.Ingest(mk(101)); !errors.As(err, &pe) || !strings.Contains(err.Error(), "101 samples") {
-		t.Fatalf("101 samples: %v", err)
-	}
-	huge := []byte(`{"type":"batch","gateway":"g","first":1,"last":1,"samples":[` + strings.Repeat("null,", 1<<20) + `null]}`)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	_, err := r.Ingest(huge)
-	runtime.ReadMemStats(&after)
-	if !errors.As(err, &pe) {
-		t.Fatalf("huge: %v", err)
-	}
-	if d := after.TotalAlloc - before.TotalAlloc; d > 4*uint64(len(huge)) {
-		t.Fatalf("a refused frame of %d bytes allocated %d bytes", len(huge), d)
-	}
-	if rs := r.Stats(); rs.BadFrames != 2 || rs.Samples != 100 {
-		t.Fatalf("stats %+v", rs)
-	}
-
-	addr, _ := serveReceiver(t, r)
-	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr.String()+"/ingest", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.WriteMessage(websocket.TextMessage, make([]byte, 65<<10))
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, _, err = c.ReadMessage()
-	if !websocket.IsCloseError(err, websocket.CloseMessageTooBig) {
-		t.Fatalf("oversize message: %v", err)
 	}
 }
 
@@ -427,7 +377,7 @@ func (rig *mqttWriteRig) publish(t *testing.T, topic, payload string, retained b
 }
 
 // result waits for the next result on topic (skipping probe answers).
-func (rig *mqttWriteRig) result(t *testing.T, topic string) WriteAnswer {
+func (rig *mqttWriteRig) result(t *testing.T, topic string) wire.WriteAnswer {
 	t.Helper()
 	deadline := time.After(5 * time.Second)
 	for {
@@ -439,7 +389,7 @@ func (rig *mqttWriteRig) result(t *testing.T, topic string) WriteAnswer {
 			if r[0] != rig.prefix+"/write/"+topic+"/result" {
 				t.Fatalf("result on %s (%s), want %s", r[0], r[1], topic)
 			}
-			var a WriteAnswer
+			var a wire.WriteAnswer
 			if err := json.Unmarshal([]byte(r[1]), &a); err != nil || !strings.Contains(r[1], `"type":"write_result"`) {
 				t.Fatalf("result %q: %v", r[1], err)
 			}
@@ -498,7 +448,7 @@ func TestMQTTWrite(t *testing.T) {
 	}
 	for _, bad := range []string{`"abc"`, `{"value":1e999}`, `nan`, `{"value":null}`, `{"value":1,"id":5}`, ``, strings.Repeat("1", 2000)} {
 		rig.publish(t, "pump-1/speed", bad, false)
-		if a := rig.result(t, "pump-1/speed"); a.OK || a.Kind != KindBadRequest {
+		if a := rig.result(t, "pump-1/speed"); a.OK || a.Kind != wire.KindBadRequest {
 			t.Fatalf("payload %.20q: answer %+v", bad, a)
 		}
 	}
@@ -508,7 +458,7 @@ func TestMQTTWrite(t *testing.T) {
 		t.Fatalf("answer %+v", a)
 	}
 	rig.publish(t, "pump-1/speed", "11", false)
-	if a := rig.result(t, "pump-1/speed"); a.OK || a.Kind != KindBusy {
+	if a := rig.result(t, "pump-1/speed"); a.OK || a.Kind != wire.KindBusy {
 		t.Fatalf("over the rate: %+v", a)
 	}
 	calls := w.getCalls()
@@ -556,51 +506,5 @@ func TestMQTTWriteOff(t *testing.T) {
 	}
 	if ws := a.p.WriteStats(); ws.Received != 0 {
 		t.Fatalf("gateway A received commands: %+v", ws)
-	}
-}
-
-func TestParseValue(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want float64
-		ok   bool
-	}{
-		{"1", 1, true}, {"-2.5", -2.5, true}, {"1e3", 1000, true}, {"true", 1, true}, {"false", 0, true},
-		{"1e999", 0, false}, {"-1e999", 0, false}, {`"1"`, 0, false}, {"null", 0, false}, {"", 0, false}, {"[1]", 0, false}, {"{}", 0, false},
-	} {
-		v, err := parseValue(json.RawMessage(c.in))
-		if (err == nil) != c.ok || v != c.want {
-			t.Errorf("%q: %v %v", c.in, v, err)
-		}
-	}
-	b := appendWriteResult(nil, &WriteAnswer{ID: `"x"`, OK: true, Written: math.Inf(1), ReadBack: 2})
-	if !json.Valid(b) || string(b) != `{"type":"write_result","id":"\"x\"","ok":true,"written":null,"read_back":2}` {
-		t.Fatalf("%s", b)
-	}
-}
-
-func TestCountElements(t *testing.T) {
-	for in, want := range map[string]int{
-		`[]`: 0, ` [ ] `: 0, `[1]`: 1, `[1,2]`: 2, `[{"a":[1,2,3]},{"b":","}]`: 2, `["\"],["]`: 1, `[[],[]]`: 2, `[{}]`: 1, `{}`: 0, `null`: 0,
-	} {
-		if got := countElements([]byte(in)); got != want {
-			t.Errorf("%s: %d, want %d", in, got, want)
-		}
-	}
-}
-
-// The receiver's batch parse (the hot path of `edgegw receive`).
-func BenchmarkReceiverIngest(b *testing.B) {
-	samples := make([]ringstore.Sample, 500)
-	for i := range samples {
-		samples[i] = ringstore.Sample{Seq: uint64(i + 1), Device: fmt.Sprintf("logger-%02d", i/2%48), Tag: "temperature", Value: 21.5, TS: 1764450000123456}
-	}
-	frame := appendBatch(nil, []byte(`"gw-01"`), samples)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(frame)))
-	for b.Loop() {
-		if _, err := parseBatch(frame); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"edgegw/internal/backoff"
+	"edgegw/wire"
 
 	"github.com/gorilla/websocket"
 )
@@ -18,9 +19,6 @@ import (
 const (
 	wsReadLimit    = 64 << 10 // acks and write commands are tiny; anything big is a broken peer
 	wsWriteTimeout = 10 * time.Second
-	// gatewayHeader carries the gateway id on the handshake, so that the
-	// receiver knows who is connected before the first batch (for writes).
-	gatewayHeader = "Edgegw-Gateway"
 )
 
 // UnauthorizedError is the receiver refusing the gateway's token (HTTP 401
@@ -197,9 +195,9 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn) error {
 	defer wcancel()
 	var writes sync.WaitGroup
 	sem := make(chan struct{}, p.cfg.MaxWrites)
-	answer := func(a *WriteAnswer) {
+	answer := func(a *wire.WriteAnswer) {
 		select {
-		case answers <- appendWriteResult(nil, a):
+		case answers <- wire.AppendWriteResult(nil, a):
 		case <-quit:
 		}
 	}
@@ -215,36 +213,36 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn) error {
 				return
 			}
 			_ = conn.SetReadDeadline(time.Now().Add(deadline))
-			m, err := parseUplink(msg)
-			if err == nil && m.typ == "write" {
+			m, err := wire.ParseUplink(msg)
+			if err == nil && m.Type == "write" {
 				p.wc.received.Add(1)
 				switch {
-				case m.bad != "":
-					a := p.refuse(m.cmd.ID, KindBadRequest, m.bad, p.wsOrigin)
+				case m.Bad != "":
+					a := p.refuse(m.Cmd.ID, wire.KindBadRequest, m.Bad, p.wsOrigin)
 					answer(&a)
 				case p.cfg.Writer == nil:
-					a := p.refuse(m.cmd.ID, KindRefused, errNoWriter, p.wsOrigin)
+					a := p.refuse(m.Cmd.ID, wire.KindRefused, errNoWriter, p.wsOrigin)
 					answer(&a)
 				default:
 					select {
 					case sem <- struct{}{}:
 						writes.Add(1)
-						go func(c command) {
+						go func(c wire.WriteCommand) {
 							defer writes.Done()
 							a := p.doWrite(wctx, c, p.wsOrigin)
 							<-sem
 							answer(&a)
-						}(m.cmd)
+						}(m.Cmd)
 					default:
-						a := p.refuse(m.cmd.ID, KindBusy, fmt.Sprintf("%d write commands in flight", p.cfg.MaxWrites), p.wsOrigin)
+						a := p.refuse(m.Cmd.ID, wire.KindBusy, fmt.Sprintf("%d write commands in flight", p.cfg.MaxWrites), p.wsOrigin)
 						answer(&a)
 					}
 				}
 				continue
 			}
-			last := m.last
+			last := m.Last
 			if err == nil && last > sentLast.Load() {
-				err = &ProtocolError{"ack", fmt.Sprintf("last %d beyond what was sent (%d)", last, sentLast.Load())}
+				err = &wire.ProtocolError{Frame: "ack", Msg: fmt.Sprintf("last %d beyond what was sent (%d)", last, sentLast.Load())}
 			}
 			if err != nil {
 				readErr <- err
@@ -298,7 +296,7 @@ func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLas
 			now := time.Now()
 			if batch := bt.next(p.q, after, now); batch != nil {
 				last := batch[len(batch)-1].Seq
-				frame = appendBatchTS(frame[:0], p.gwJSON, batch, p.cfg.TSMillis, bt.skips...)
+				frame = wire.AppendBatch(frame[:0], p.gwJSON, batch, p.cfg.TSMillis, skipRanges(bt.skips))
 				sentLast.Store(last)
 				_ = conn.SetWriteDeadline(now.Add(wsWriteTimeout))
 				if err := conn.WriteMessage(websocket.TextMessage, frame); err != nil {

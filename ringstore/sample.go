@@ -39,7 +39,9 @@ func ParseQuality(s string) (Quality, error) {
 // Sample is one value of one tag from one poll. One poll of one device yields
 // one sample per tag; they share TS and get consecutive Seq numbers.
 //
-// JSON (Sample.AppendJSON, the only encoder; field order fixed):
+// JSON (Sample.AppendJSON, the only encoder; field order fixed; the shape
+// is package wire's, documented there for third parties; the encoder stays
+// here, a method on the hot path, as ringstore imports no project package):
 //
 //	{"seq":42,"device":"logger-01","tag":"temperature","value":21.5,"quality":"good","ts":1764450000123456}
 //

@@ -5,7 +5,8 @@
 // page (/) with its chart library (/assets/), the local write API
 // (POST /api/write) and the server's access control: bearer tokens or basic
 // auth, a CORS/origin allow-list, per-client rate limits, a connection bound
-// and optional TLS.
+// and optional TLS. The delivery replies, WebSocket messages and write
+// bodies are package wire's frames (their layouts are documented there).
 //
 // It never polls devices, pushes upstream or writes to the ring: it reads the
 // ring (Since, Snapshot), the history (Query, Health) and the stats records

@@ -8,18 +8,12 @@ import (
 	"time"
 
 	"edgegw/ringstore"
+	"edgegw/wire"
 )
 
-// Wire layouts of the polling endpoints (samples as ringstore.Sample.AppendJSON writes them):
+// The polling endpoints' replies are wire's (AppendShortPoll,
+// AppendLongPoll; layouts in package wire's comment). Besides them:
 //
-//	GET /api/shortPolling
-//	200 {"seq":1042,"epoch":"9f3c04e1a2b3c4d5","tags":[{"seq":1041,"device":"logger-01","tag":"humidity","value":45.2,"quality":"good","ts":1764450000123456},…]}
-//	    seq: the ring's last sequence; tags: latest sample of every tag, sorted by device then tag.
-//
-//	GET /api/longPolling?lastSequence=1040
-//	200 {"seq":1042,"epoch":"9f3c04e1a2b3c4d5","reset":false,"samples":[{"seq":1041,…},{"seq":1042,…}]}   every sample > 1040, oldest first
-//	200 {"seq":1042,"epoch":"9f3c04e1a2b3c4d5","reset":false,"samples":[]}                                 nothing new within LongPollTimeout (or shutdown)
-//	200 {"seq":1042,"epoch":"9f3c04e1a2b3c4d5","reset":true,"samples":[…latest of every tag…]}            1040 fell out of the ring or is ahead of the gateway
 //	400 {"error":"query parameter lastSequence: \"x\" is not a non-negative integer"}
 //	503 {"error":"too many longPolling clients"}                               with Retry-After: 1
 //
@@ -50,13 +44,8 @@ func (s *Server) shortBody() []byte {
 	if e := s.short.Load(); e != nil && e.snap == snap {
 		return e.body
 	}
-	b := make([]byte, 0, 32+len(snap.Latest)*112)
-	b = append(b, `{"seq":`...)
-	b = strconv.AppendUint(b, snap.Seq, 10)
-	b = appendEpoch(b, snap.Epoch)
-	b = append(b, `,"tags":`...)
-	b = ringstore.AppendJSONArray(b, snap.Latest)
-	b = append(b, "}\n"...)
+	b := wire.AppendShortPoll(make([]byte, 0, 32+len(snap.Latest)*112), snap.Seq, snap.Epoch, snap.Latest)
+	b = append(b, '\n')
 	s.short.Store(&encodedSnapshot{snap: snap, body: b})
 	return b
 }
@@ -118,9 +107,9 @@ func (s *Server) longPoll(ctx context.Context, after uint64, dst []byte) (_ []by
 		case res.Reset:
 			samplesPool.Put(sp)
 			snap := s.cfg.Ring.Snapshot()
-			return appendLong(dst, snap.Seq, snap.Epoch, true, snap.Latest), true
+			return append(wire.AppendLongPoll(dst, snap.Seq, snap.Epoch, true, snap.Latest), '\n'), true
 		case len(res.Samples) > 0 || final:
-			dst = appendLong(dst, res.Seq, res.Epoch, false, res.Samples)
+			dst = append(wire.AppendLongPoll(dst, res.Seq, res.Epoch, false, res.Samples), '\n')
 			*sp = res.Samples[:0]
 			samplesPool.Put(sp)
 			return dst, true
@@ -141,25 +130,4 @@ func (s *Server) longPoll(ctx context.Context, after uint64, dst []byte) (_ []by
 			return dst, false
 		}
 	}
-}
-
-func appendLong(b []byte, seq, epoch uint64, reset bool, samples []ringstore.Sample) []byte {
-	b = append(b, `{"seq":`...)
-	b = strconv.AppendUint(b, seq, 10)
-	b = appendEpoch(b, epoch)
-	b = append(b, `,"reset":`...)
-	b = strconv.AppendBool(b, reset)
-	b = append(b, `,"samples":`...)
-	b = ringstore.AppendJSONArray(b, samples)
-	return append(b, "}\n"...)
-}
-
-// appendEpoch appends `,"epoch":"<16 hex digits>"`: the sequence's epoch,
-// which changes when the numbering restarts (wiped data_dir, memory-only
-// restart, disk failure). A client that sees it change starts again from
-// lastSequence=0 instead of taking the new numbers for a gap or a replay.
-func appendEpoch(b []byte, epoch uint64) []byte {
-	b = append(b, `,"epoch":"`...)
-	b = ringstore.AppendEpoch(b, epoch)
-	return append(b, '"')
 }

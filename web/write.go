@@ -1,8 +1,8 @@
 package web
 
 import (
-	"bytes"
 	"context"
+	"edgegw/wire"
 	"encoding/json"
 	"errors"
 	"io"
@@ -22,7 +22,8 @@ type Writer interface {
 // writeKinder classifies a Writer error (edge.WriteError satisfies it).
 type writeKinder interface{ WriteErrorKind() string }
 
-// Write wire layout:
+// Write (the body and the answers are wire's: WriteRequest, WriteReply,
+// WriteFailure; layouts in package wire's comment):
 //
 //	POST /api/write
 //	Authorization: Bearer <write token>
@@ -37,11 +38,9 @@ type writeKinder interface{ WriteErrorKind() string }
 //	503 acquisition stopped      504 timed out before the write started
 //	errors: {"error":"edge: write \"boiler-plc\"/\"setpoint\" = 95: out of range: above max 90","kind":"out of range"}
 
-// Limits of a write body.
-const (
-	MaxWriteBody  = 4 << 10
-	maxWriteDepth = 4
-)
+// MaxWriteBody is the most bytes of a write body (its nesting is bounded by
+// wire.MaxWriteDepth).
+const MaxWriteBody = 4 << 10
 
 var kindStatus = map[string]int{
 	"unknown device": http.StatusNotFound,
@@ -52,14 +51,6 @@ var kindStatus = map[string]int{
 	"device":         http.StatusBadGateway,
 	"mismatch":       http.StatusBadGateway,
 	"stopped":        http.StatusServiceUnavailable,
-}
-
-type writeReply struct {
-	Device     string  `json:"device"`
-	Tag        string  `json:"tag"`
-	Written    float64 `json:"written"`
-	ReadBack   float64 `json:"read_back"`
-	DurationMS float64 `json:"duration_ms"`
 }
 
 func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
@@ -112,115 +103,32 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, context.Canceled):
 			return // the client went away before the write started
 		}
-		b, _ := json.Marshal(struct {
-			Error string `json:"error"`
-			Kind  string `json:"kind,omitempty"`
-		}{err.Error(), kind})
+		b, _ := json.Marshal(wire.WriteFailure{Error: err.Error(), Kind: kind})
 		writeJSON(w, code, append(b, '\n'))
 		return
 	}
 	s.writesOK.Add(1)
-	replyJSON(w, writeReply{Device: req.Device, Tag: req.Tag, Written: written, ReadBack: readBack,
+	replyJSON(w, wire.WriteReply{Device: req.Device, Tag: req.Tag, Written: written, ReadBack: readBack,
 		DurationMS: float64(dur.Microseconds()) / 1000})
 }
 
-// writeRequest is a parsed write body.
-type writeRequest struct {
-	Device, Tag string
-	Value       float64
-}
-
-var errTooDeep = errors.New("nested too deeply")
-
-// depthReader fails as soon as the JSON passing through nests deeper than
-// max (outside strings), so a body of 100k '[' costs a few bytes, not a parse.
-type depthReader struct {
-	r              io.Reader
-	max, depth     int
-	inStr, escaped bool
-}
-
-func (d *depthReader) Read(p []byte) (int, error) {
-	n, err := d.r.Read(p)
-	for _, c := range p[:n] {
-		switch {
-		case d.inStr:
-			switch {
-			case d.escaped:
-				d.escaped = false
-			case c == '\\':
-				d.escaped = true
-			case c == '"':
-				d.inStr = false
-			}
-		case c == '"':
-			d.inStr = true
-		case c == '[' || c == '{':
-			d.depth++
-			if d.depth > d.max {
-				return 0, errTooDeep
-			}
-		case c == ']' || c == '}':
-			d.depth--
-		}
-	}
-	return n, err
-}
-
-// parseWriteBody reads {"device":…,"tag":…,"value":…} strictly. status is
-// 0 when the body is good, else the status to answer with msg.
-func parseWriteBody(body io.Reader) (req writeRequest, status int, msg string) {
-	var m struct {
-		Device *string          `json:"device"`
-		Tag    *string          `json:"tag"`
-		Value  *json.RawMessage `json:"value"`
-	}
-	dec := json.NewDecoder(&depthReader{r: body, max: maxWriteDepth})
-	dec.DisallowUnknownFields()
-	bad := func(err error) (writeRequest, int, string) {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			return req, http.StatusRequestEntityTooLarge, "write body exceeds " + strconv.Itoa(MaxWriteBody) + " bytes"
-		case errors.Is(err, errTooDeep):
-			return req, http.StatusBadRequest, "bad write body: JSON nested deeper than " + strconv.Itoa(maxWriteDepth)
-		case errors.Is(err, io.EOF):
-			return req, http.StatusBadRequest, `empty write body: want {"device":"…","tag":"…","value":…}`
-		}
-		return req, http.StatusBadRequest, "bad write body: " + err.Error()
-	}
-	if err := dec.Decode(&m); err != nil {
-		return bad(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		if err == nil {
-			return req, http.StatusBadRequest, "bad write body: data after the JSON object"
-		}
-		return bad(err)
-	}
+// parseWriteBody reads a write body (wire.ParseWriteRequest). status is 0
+// when the body is good, else the status to answer with msg.
+func parseWriteBody(body io.Reader) (req wire.WriteRequest, status int, msg string) {
+	req, err := wire.ParseWriteRequest(body)
+	var mbe *http.MaxBytesError
+	var pe *wire.ProtocolError
 	switch {
-	case m.Device == nil || *m.Device == "":
-		return req, http.StatusBadRequest, `bad write body: missing "device"`
-	case m.Tag == nil || *m.Tag == "":
-		return req, http.StatusBadRequest, `bad write body: missing "tag"`
-	case m.Value == nil:
-		return req, http.StatusBadRequest, `bad write body: missing "value"`
+	case err == nil:
+		return req, 0, ""
+	case errors.As(err, &mbe):
+		return req, http.StatusRequestEntityTooLarge, "write body exceeds " + strconv.Itoa(MaxWriteBody) + " bytes"
+	case errors.Is(err, wire.ErrEmptyBody):
+		return req, http.StatusBadRequest, `empty write body: want {"device":"…","tag":"…","value":…}`
+	case errors.As(err, &pe):
+		return req, http.StatusBadRequest, "bad write body: " + pe.Msg
 	}
-	req.Device, req.Tag = *m.Device, *m.Tag
-	v := bytes.TrimSpace(*m.Value)
-	switch {
-	case bytes.Equal(v, []byte("true")):
-		req.Value = 1
-	case bytes.Equal(v, []byte("false")):
-		req.Value = 0
-	default:
-		f, err := strconv.ParseFloat(string(v), 64)
-		if err != nil || len(v) == 0 || !(v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) {
-			return req, http.StatusBadRequest, `bad write body: "value" must be a number or true/false`
-		}
-		req.Value = f
-	}
-	return req, 0, ""
+	return req, http.StatusBadRequest, "bad write body: " + err.Error()
 }
 
 // handlePreflight answers CORS preflights of /api/ for allowed origins only.

@@ -2,31 +2,26 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"edgegw/ringstore"
+	"edgegw/wire"
 
 	"github.com/gorilla/websocket"
 )
 
-// WebSocket wire layout (GET /api/ws, text frames, one JSON object each):
-//
-//	server → client, first frame:
-//	  {"type":"snapshot","seq":1042,"epoch":"9f3c04e1a2b3c4d5","reset":false,"samples":[…latest of every tag…]}
-//	server → client, then one frame per ring batch (several when the hub lags):
-//	  {"type":"samples","seq":1045,"epoch":"9f3c04e1a2b3c4d5","samples":[{"seq":1043,…},{"seq":1044,…},{"seq":1045,…}]}
-//	client → server, to resume after a reconnect (N = the last seq it holds):
-//	  {"lastSequence":1030}
-//	server → client, the answer: the samples > N still in the ring as one
-//	  "samples" frame (none if nothing is missing), or, when N fell out of the
-//	  ring or is ahead of the gateway, a snapshot frame with "reset":true.
+// WebSocket (GET /api/ws, text frames, one JSON object each): the messages
+// are wire's (AppendWSSnapshot, AppendWSSamples, ParseResume; layouts in
+// package wire's comment): a snapshot first, then one "samples" message per
+// ring batch (several when the hub lags); a client sends {"lastSequence":N}
+// to resume after a reconnect and gets the samples > N still in the ring
+// as one "samples" message (none if nothing is missing), or, when N fell
+// out of the ring or is ahead of the gateway, a snapshot with "reset":true.
 //
 // After the first frame, the samples a client receives are in seq order with
 // no gap and no duplicate (a reset snapshot is the only declared gap).
@@ -168,35 +163,11 @@ func (s *Server) runHub(ctx context.Context) {
 func newFrame(samples []ringstore.Sample) (*frame, error) {
 	last := samples[len(samples)-1].Seq
 	pm, err := websocket.NewPreparedMessage(websocket.TextMessage,
-		appendSamplesFrame(make([]byte, 0, 64+len(samples)*112), last, samples))
+		wire.AppendWSSamples(make([]byte, 0, 64+len(samples)*112), last, samples))
 	if err != nil {
 		return nil, err
 	}
 	return &frame{first: samples[0].Seq, last: last, samples: samples, pm: pm}, nil
-}
-
-func appendSamplesFrame(b []byte, last uint64, samples []ringstore.Sample) []byte {
-	b = append(b, `{"type":"samples","seq":`...)
-	b = strconv.AppendUint(b, last, 10)
-	var epoch uint64
-	if len(samples) > 0 {
-		epoch = samples[len(samples)-1].Epoch
-	}
-	b = appendEpoch(b, epoch)
-	b = append(b, `,"samples":`...)
-	b = ringstore.AppendJSONArray(b, samples)
-	return append(b, '}')
-}
-
-func appendSnapshotFrame(b []byte, snap *ringstore.Snapshot, reset bool) []byte {
-	b = append(b, `{"type":"snapshot","seq":`...)
-	b = strconv.AppendUint(b, snap.Seq, 10)
-	b = appendEpoch(b, snap.Epoch)
-	b = append(b, `,"reset":`...)
-	b = strconv.AppendBool(b, reset)
-	b = append(b, `,"samples":`...)
-	b = ringstore.AppendJSONArray(b, snap.Latest)
-	return append(b, '}')
 }
 
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
@@ -278,7 +249,7 @@ func (s *Server) wsWrite(c *wsClient, readerDone <-chan struct{}) (code int, rea
 	defer ping.Stop()
 	w := &wsWriter{s: s, c: c}
 	snap := s.cfg.Ring.Snapshot()
-	if err := w.write(appendSnapshotFrame(w.buf[:0], snap, false)); err != nil {
+	if err := w.write(wire.AppendWSSnapshot(w.buf[:0], snap.Seq, snap.Epoch, false, snap.Latest)); err != nil {
 		return 0, "", err
 	}
 	w.cursor = snap.Seq
@@ -372,7 +343,7 @@ func (w *wsWriter) deliver(f *frame) error {
 	for i < len(f.samples) && f.samples[i].Seq <= w.cursor {
 		i++
 	}
-	if err := w.write(appendSamplesFrame(w.buf[:0], f.last, f.samples[i:])); err != nil {
+	if err := w.write(wire.AppendWSSamples(w.buf[:0], f.last, f.samples[i:])); err != nil {
 		return err
 	}
 	w.cursor = f.last
@@ -386,7 +357,7 @@ func (w *wsWriter) catchUp(after, before uint64) error {
 	res := w.s.cfg.Ring.Since(after, w.tmp[:0])
 	if res.Reset {
 		snap := w.s.cfg.Ring.Snapshot()
-		if err := w.write(appendSnapshotFrame(w.buf[:0], snap, true)); err != nil {
+		if err := w.write(wire.AppendWSSnapshot(w.buf[:0], snap.Seq, snap.Epoch, true, snap.Latest)); err != nil {
 			return err
 		}
 		w.cursor = snap.Seq
@@ -409,7 +380,7 @@ func (w *wsWriter) catchUp(after, before uint64) error {
 		return nil
 	}
 	last := samples[len(samples)-1].Seq
-	if err := w.write(appendSamplesFrame(w.buf[:0], last, samples)); err != nil {
+	if err := w.write(wire.AppendWSSamples(w.buf[:0], last, samples)); err != nil {
 		return err
 	}
 	w.cursor = last
@@ -441,7 +412,7 @@ func (s *Server) wsRead(c *wsClient) {
 			return
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(wait))
-		n, msg := parseResume(data)
+		n, msg := wire.ParseResume(data)
 		if msg != "" {
 			s.wsBad.Add(1)
 			s.rlog.Log(s.log, "ws bad", "web: websocket client closed: "+msg, "remote", conn.RemoteAddr().String())
@@ -465,22 +436,4 @@ func (s *Server) wsRead(c *wsClient) {
 			break
 		}
 	}
-}
-
-// parseResume reads {"lastSequence":N}; msg is the close reason when it is not that.
-func parseResume(data []byte) (n uint64, msg string) {
-	var m struct {
-		LastSequence *json.Number `json:"lastSequence"`
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return 0, "bad message: want {\"lastSequence\":N}"
-	}
-	if m.LastSequence == nil {
-		return 0, "bad message: missing lastSequence"
-	}
-	n, err := strconv.ParseUint(m.LastSequence.String(), 10, 64)
-	if err != nil {
-		return 0, "bad message: lastSequence is not a non-negative integer"
-	}
-	return n, ""
 }

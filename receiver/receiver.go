@@ -1,4 +1,4 @@
-package push
+package receiver
 
 import (
 	"context"
@@ -11,21 +11,19 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"edgegw/wire"
+
 	"github.com/gorilla/websocket"
 )
 
-// ReceiverConfig configures the reference receiver.
-type ReceiverConfig struct {
+// Config configures the reference receiver.
+type Config struct {
 	Listen string    // "127.0.0.1:0" by default
 	Token  string    // bearer token gateways must send; "" = no check
 	Out    io.Writer // one JSON line per new sample; nil = discard
@@ -38,15 +36,15 @@ type ReceiverConfig struct {
 	// that wrote samples, before its ack, so a restart of the receiver
 	// neither writes duplicates nor loses anything. "" = memory only.
 	StateDir string
-	// MaxBatch is the most samples one batch may hold (DefaultMaxBatch); a
+	// MaxBatch is the most samples one batch may hold (wire.DefaultMaxBatch); a
 	// bigger one is a bad frame, counted before anything is decoded.
 	MaxBatch int
 	// MaxFrame is the most bytes of one WebSocket message (4 MiB).
 	MaxFrame int64
 }
 
-// ReceiverStats are the receiver's counters.
-type ReceiverStats struct {
+// Stats are the receiver's counters.
+type Stats struct {
 	Connections, Refused uint64 // WebSocket connections accepted; handshakes refused (401)
 	Batches, Samples     uint64 // batches acked; new samples written
 	Duplicates           uint64 // samples received again and not written
@@ -72,7 +70,7 @@ type ReceiverStats struct {
 // Ingest takes a batch frame from elsewhere (an MQTT subscriber of
 // <prefix>/batch) with the same dedup and output.
 type Receiver struct {
-	cfg ReceiverConfig
+	cfg Config
 	log *slog.Logger
 	up  websocket.Upgrader
 
@@ -95,13 +93,13 @@ type rconn struct {
 	c       *websocket.Conn
 	wmu     sync.Mutex // one writer at a time: acks (the handler) and write commands (Write)
 	done    chan struct{}
-	gateway string                      // under Receiver.smu
-	pending map[string]chan WriteAnswer // under Receiver.smu
+	gateway string                           // under Receiver.smu
+	pending map[string]chan wire.WriteAnswer // under Receiver.smu
 }
 
-// NewReceiver returns a receiver; it listens on Listen or Serve.
+// New returns a receiver; it listens on Listen or Serve.
 // A receiver serves one Serve at a time.
-func NewReceiver(cfg ReceiverConfig) *Receiver {
+func New(cfg Config) *Receiver {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
@@ -115,7 +113,7 @@ func NewReceiver(cfg ReceiverConfig) *Receiver {
 		cfg.MaxPending = 4096
 	}
 	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = DefaultMaxBatch
+		cfg.MaxBatch = wire.DefaultMaxBatch
 	}
 	if cfg.MaxFrame <= 0 {
 		cfg.MaxFrame = 4 << 20
@@ -136,7 +134,7 @@ func (r *Receiver) Listen() (net.Addr, error) {
 	}
 	ln, err := net.Listen("tcp", r.cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("push: receiver: %w", err)
+		return nil, fmt.Errorf("receiver: %w", err)
 	}
 	r.ln = ln
 	r.cfg.Listen = ln.Addr().String() // a later Listen binds the same port
@@ -212,7 +210,7 @@ func (r *Receiver) authorized(req *http.Request) bool {
 func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.Request) {
 	if !r.authorized(req) {
 		r.refused.Add(1)
-		r.log.Warn("push: receiver: refused a gateway: wrong or missing token", "remote", req.RemoteAddr)
+		r.log.Warn("receiver: refused a gateway: wrong or missing token", "remote", req.RemoteAddr)
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
@@ -229,8 +227,8 @@ func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.
 	r.conns[conn] = struct{}{}
 	r.mu.Unlock()
 	r.connections.Add(1)
-	rc := &rconn{c: conn, done: make(chan struct{}), pending: make(map[string]chan WriteAnswer)}
-	if gw := req.Header.Get(gatewayHeader); validName(gw) {
+	rc := &rconn{c: conn, done: make(chan struct{}), pending: make(map[string]chan wire.WriteAnswer)}
+	if gw := req.Header.Get(wire.GatewayHeader); wire.ValidName(gw) {
 		r.attach(rc, gw)
 	}
 	defer func() {
@@ -260,35 +258,32 @@ func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.
 		_, msg, err := conn.ReadMessage()
 		if err != nil {
 			if !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) && ctx.Err() == nil {
-				log.Info("push: receiver: connection ended", "err", err)
+				log.Info("receiver: connection ended", "err", err)
 			}
 			return
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(idle))
-		var in inFrame
 		var last uint64
-		if err = json.Unmarshal(msg, &in); err != nil {
+		f, a, err := wire.ParseFromGateway(msg, r.cfg.MaxBatch)
+		switch {
+		case err != nil:
 			r.bad.Add(1)
-			err = &ProtocolError{"batch", err.Error()}
-		} else if in.Type == "write_result" {
-			r.answer(rc, in.WriteAnswer)
+		case a != nil:
+			r.answer(rc, *a)
 			continue
-		} else {
-			var f *batchFrame
-			if f, err = in.batch(r.cfg.MaxBatch); err != nil {
-				r.bad.Add(1)
-			} else if last, err = r.ingestBatch(f); err == nil && rc.gateway == "" {
+		default:
+			if last, err = r.ingestBatch(f); err == nil && rc.gateway == "" {
 				r.attach(rc, f.Gateway) // a gateway that sent no header
 			}
 		}
 		if err != nil {
-			log.Warn("push: receiver: bad frame; closing", "err", err)
+			log.Warn("receiver: bad frame; closing", "err", err)
 			rc.wmu.Lock()
 			_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseInvalidFramePayloadData, "bad frame"), time.Now().Add(time.Second))
 			rc.wmu.Unlock()
 			return
 		}
-		ack = appendAck(ack[:0], last)
+		ack = wire.AppendAck(ack[:0], last)
 		rc.wmu.Lock()
 		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		err = conn.WriteMessage(websocket.TextMessage, ack)
@@ -308,14 +303,14 @@ func (r *Receiver) attach(rc *rconn, gateway string) {
 }
 
 // answer hands a write answer to the Write waiting for its id.
-func (r *Receiver) answer(rc *rconn, a WriteAnswer) {
+func (r *Receiver) answer(rc *rconn, a wire.WriteAnswer) {
 	r.smu.Lock()
 	ch := rc.pending[a.ID]
 	delete(rc.pending, a.ID)
 	r.smu.Unlock()
 	if ch == nil {
 		r.unknownAnswers.Add(1)
-		r.log.Warn("push: receiver: write answer nobody waits for", "id", a.ID, "gateway", rc.gateway)
+		r.log.Warn("receiver: write answer nobody waits for", "id", a.ID, "gateway", rc.gateway)
 		return
 	}
 	r.answers.Add(1)
@@ -336,7 +331,7 @@ func (r *Receiver) Connected() []string {
 }
 
 // ErrNotConnected is returned by Write for a gateway with no connection.
-var ErrNotConnected = errors.New("push: receiver: gateway not connected")
+var ErrNotConnected = errors.New("receiver: gateway not connected")
 
 // Write sends a write command to a connected gateway over its uplink and
 // waits for the answer, until ctx ends:
@@ -347,18 +342,18 @@ var ErrNotConnected = errors.New("push: receiver: gateway not connected")
 // connection closed, ctx); a write the gateway refused or that failed is an
 // answer with OK false, Kind and Error. The gateway is known by the
 // Edgegw-Gateway header of its handshake, or else by its first batch.
-func (r *Receiver) Write(ctx context.Context, gateway, device, tag string, value float64) (WriteAnswer, error) {
+func (r *Receiver) Write(ctx context.Context, gateway, device, tag string, value float64) (wire.WriteAnswer, error) {
 	if math.IsInf(value, 0) || math.IsNaN(value) {
-		return WriteAnswer{}, fmt.Errorf("push: receiver: write %s/%s: value %v is not finite", device, tag, value)
+		return wire.WriteAnswer{}, fmt.Errorf("receiver: write %s/%s: value %v is not finite", device, tag, value)
 	}
 	r.smu.Lock()
 	rc := r.sessions[gateway]
 	if rc == nil {
 		r.smu.Unlock()
-		return WriteAnswer{}, fmt.Errorf("push: receiver: write to %q: %w", gateway, ErrNotConnected)
+		return wire.WriteAnswer{}, fmt.Errorf("receiver: write to %q: %w", gateway, ErrNotConnected)
 	}
 	id := strconv.FormatUint(r.nextID.Add(1), 10)
-	ch := make(chan WriteAnswer, 1)
+	ch := make(chan wire.WriteAnswer, 1)
 	rc.pending[id] = ch
 	r.smu.Unlock()
 	defer func() {
@@ -366,21 +361,21 @@ func (r *Receiver) Write(ctx context.Context, gateway, device, tag string, value
 		delete(rc.pending, id)
 		r.smu.Unlock()
 	}()
-	frame := appendWriteCommand(nil, id, device, tag, value)
+	frame := wire.AppendWriteCommand(nil, id, device, tag, value)
 	rc.wmu.Lock()
 	_ = rc.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	err := rc.c.WriteMessage(websocket.TextMessage, frame)
 	rc.wmu.Unlock()
 	if err != nil {
-		return WriteAnswer{}, fmt.Errorf("push: receiver: write to %q: %w", gateway, err)
+		return wire.WriteAnswer{}, fmt.Errorf("receiver: write to %q: %w", gateway, err)
 	}
 	select {
 	case a := <-ch:
 		return a, nil
 	case <-rc.done:
-		return WriteAnswer{}, fmt.Errorf("push: receiver: write to %q: connection closed before the answer", gateway)
+		return wire.WriteAnswer{}, fmt.Errorf("receiver: write to %q: connection closed before the answer", gateway)
 	case <-ctx.Done():
-		return WriteAnswer{}, fmt.Errorf("push: receiver: write to %q: %w", gateway, ctx.Err())
+		return wire.WriteAnswer{}, fmt.Errorf("receiver: write to %q: %w", gateway, ctx.Err())
 	}
 }
 
@@ -388,7 +383,7 @@ func (r *Receiver) Write(ctx context.Context, gateway, device, tag string, value
 // per batch, before the caller acks), duplicates are counted and skipped.
 // It returns the seq to acknowledge.
 func (r *Receiver) Ingest(frame []byte) (last uint64, err error) {
-	f, err := parseBatchMax(frame, r.cfg.MaxBatch)
+	f, err := wire.ParseBatch(frame, r.cfg.MaxBatch)
 	if err != nil {
 		r.bad.Add(1)
 		return 0, err
@@ -396,90 +391,7 @@ func (r *Receiver) Ingest(frame []byte) (last uint64, err error) {
 	return r.ingestBatch(f)
 }
 
-// maxEpochs is how many epochs of one gateway the receiver remembers: the
-// current one and a few before it, for late copies (MQTT redeliveries).
-const maxEpochs = 4
-
-// gwState is the dedup state of one gateway: a record per recent epoch.
-// It is what the state file holds (JSON).
-type gwState struct {
-	Gateway string   `json:"gateway"`
-	Current string   `json:"current"` // the newest epoch seen
-	Epochs  []*dedup `json:"epochs"`  // most recently used last
-}
-
-func (g *gwState) epoch(e string) *dedup {
-	for i, d := range g.Epochs {
-		if d.Epoch == e {
-			copy(g.Epochs[i:], g.Epochs[i+1:])
-			g.Epochs[len(g.Epochs)-1] = d
-			return d
-		}
-	}
-	return nil
-}
-
-func (g *gwState) clone() *gwState {
-	c := &gwState{Gateway: g.Gateway, Current: g.Current, Epochs: make([]*dedup, len(g.Epochs))}
-	for i, d := range g.Epochs {
-		dd := *d
-		dd.Above = slices.Clone(d.Above)
-		c.Epochs[i] = &dd
-	}
-	return c
-}
-
-// state returns the gateway's dedup state, loaded from its file the first
-// time when StateDir is set. r.mu held.
-func (r *Receiver) state(gateway string) *gwState {
-	if g := r.gws[gateway]; g != nil {
-		return g
-	}
-	g := &gwState{Gateway: gateway}
-	if r.cfg.StateDir != "" {
-		path := r.statePath(gateway)
-		b, err := os.ReadFile(path)
-		switch {
-		case err == nil:
-			var l gwState
-			if err := json.Unmarshal(b, &l); err != nil || l.Gateway != gateway {
-				r.log.Error("push: receiver: dedup state unreadable; starting afresh (duplicates possible)", "file", path, "err", err)
-			} else {
-				g = &l
-				r.log.Info("push: receiver: dedup state loaded", "gateway", gateway, "epoch", g.Current, "file", path)
-			}
-		case !os.IsNotExist(err):
-			r.log.Error("push: receiver: dedup state unreadable; starting afresh (duplicates possible)", "file", path, "err", err)
-		}
-	}
-	for _, d := range g.Epochs {
-		d.max = r.cfg.MaxPending
-	}
-	r.gws[gateway] = g
-	return g
-}
-
-// statePath is <StateDir>/<gateway, path-escaped>.json.
-func (r *Receiver) statePath(gateway string) string {
-	return filepath.Join(r.cfg.StateDir, url.PathEscape(gateway)+".json")
-}
-
-// saveState replaces the gateway's state file (temporary file, rename).
-func (r *Receiver) saveState(g *gwState) error {
-	b, err := json.Marshal(g)
-	if err != nil {
-		return err
-	}
-	path := r.statePath(g.Gateway)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o640); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func (r *Receiver) ingestBatch(f *batchFrame) (last uint64, err error) {
+func (r *Receiver) ingestBatch(f *wire.Batch) (last uint64, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g := r.state(f.Gateway)
@@ -493,30 +405,26 @@ func (r *Receiver) ingestBatch(f *batchFrame) (last uint64, err error) {
 		}
 		r.epochs.Add(1)
 		if g.Current != f.Epoch {
-			r.log.Info("push: receiver: new epoch", "gateway", f.Gateway, "old_epoch", g.Current, "new_epoch", f.Epoch, "first", f.First)
+			r.log.Info("receiver: new epoch", "gateway", f.Gateway, "old_epoch", g.Current, "new_epoch", f.Epoch, "first", f.First)
 		}
 		g.Current = f.Epoch
 	}
 	gw, _ := json.Marshal(f.Gateway)
-	var epoch []byte
-	if f.Epoch != "" {
-		epoch = append(append([]byte(`,"epoch":"`), f.Epoch...), '"')
-	}
 	r.line = r.line[:0]
 	var fresh, dup, gaps, gapSamples uint64
-	gapped := func(gap seqRange) {
+	gapped := func(gap wire.Range) {
 		if gap.Last == 0 {
 			return
 		}
 		gaps++
 		gapSamples += gap.Last - gap.First + 1
-		r.log.Warn("push: receiver: gap in sequence", "gateway", f.Gateway, "epoch", f.Epoch, "first", gap.First, "last", gap.Last, "missing", gap.Last-gap.First+1)
+		r.log.Warn("receiver: gap in sequence", "gateway", f.Gateway, "epoch", f.Epoch, "first", gap.First, "last", gap.Last, "missing", gap.Last-gap.First+1)
 	}
 	si := 0
 	for i := range f.Samples {
 		s := &f.Samples[i]
-		for si < len(f.Skip) && f.Skip[si][1] < s.Seq { // a skip is applied where it lies
-			gapped(d.skip(f.Skip[si][0], f.Skip[si][1]))
+		for si < len(f.Skip) && f.Skip[si].Last < s.Seq { // a skip is applied where it lies
+			gapped(d.skip(f.Skip[si].First, f.Skip[si].Last))
 			si++
 		}
 		isNew, gap := d.add(s.Seq)
@@ -526,25 +434,18 @@ func (r *Receiver) ingestBatch(f *batchFrame) (last uint64, err error) {
 			continue
 		}
 		fresh++
-		r.line = append(r.line, `{"gateway":`...)
-		r.line = append(r.line, gw...)
-		r.line = append(r.line, epoch...)
-		r.line = append(r.line, ',')
-		j := len(r.line)
-		r.line = s.AppendJSON(r.line)
-		r.line = append(r.line[:j], r.line[j+1:]...) // drop the sample's own '{'
-		r.line = append(r.line, '\n')
+		r.line = wire.AppendStored(r.line, gw, f.Epoch, s)
 	}
 	if len(r.line) > 0 {
 		if _, err := r.cfg.Out.Write(r.line); err != nil {
 			r.gws[f.Gateway] = saved
-			return 0, fmt.Errorf("push: receiver: write: %w", err) // not acked: the gateway resends
+			return 0, fmt.Errorf("receiver: write: %w", err) // not acked: the gateway resends
 		}
 	}
 	if r.cfg.StateDir != "" && fresh > 0 {
 		if err := r.saveState(g); err != nil {
 			// The samples are written; not acking would write them again.
-			r.log.Error("push: receiver: dedup state not saved (a restart may write duplicates)", "gateway", f.Gateway, "err", err)
+			r.log.Error("receiver: dedup state not saved (a restart may write duplicates)", "gateway", f.Gateway, "err", err)
 		}
 	}
 	r.batches.Add(1)
@@ -556,120 +457,15 @@ func (r *Receiver) ingestBatch(f *batchFrame) (last uint64, err error) {
 }
 
 // Stats returns the receiver's counters.
-func (r *Receiver) Stats() ReceiverStats {
+func (r *Receiver) Stats() Stats {
 	r.mu.Lock()
 	n := len(r.gws)
 	r.mu.Unlock()
-	return ReceiverStats{
+	return Stats{
 		Connections: r.connections.Load(), Refused: r.refused.Load(),
 		Batches: r.batches.Load(), Samples: r.samples.Load(), Duplicates: r.dups.Load(),
 		Gaps: r.gaps.Load(), GapSamples: r.gapSamples.Load(), BadFrames: r.bad.Load(), Gateways: n,
 		Epochs:       r.epochs.Load(),
 		WriteAnswers: r.answers.Load(), UnknownAnswers: r.unknownAnswers.Load(),
-	}
-}
-
-type seqRange struct{ First, Last uint64 }
-
-// MarshalJSON writes [first,last].
-func (s seqRange) MarshalJSON() ([]byte, error) {
-	return fmt.Appendf(nil, "[%d,%d]", s.First, s.Last), nil
-}
-
-// UnmarshalJSON reads [first,last].
-func (s *seqRange) UnmarshalJSON(b []byte) error {
-	var a [2]uint64
-	if err := json.Unmarshal(b, &a); err != nil {
-		return err
-	}
-	s.First, s.Last = a[0], a[1]
-	return nil
-}
-
-// dedup is the record of the seqs of one (gateway, epoch) seen: everything
-// <= HWM, plus ranges above it (out of order, or after a hole). When the
-// ranges grow beyond max, the oldest hole is given up: HWM jumps over it.
-// Skipped ranges (never given to a sample) count as seen.
-type dedup struct {
-	Epoch   string     `json:"epoch"`
-	Started bool       `json:"started"`
-	HWM     uint64     `json:"hwm"`   // every seq <= HWM has been seen (or given up)
-	Top     uint64     `json:"top"`   // highest seq seen
-	Above   []seqRange `json:"above"` // sorted, disjoint, not adjacent, all above HWM+1
-	max     int
-}
-
-// add records seq and reports whether it is new, and the hole it opens
-// above the highest seq seen so far (zero range if none).
-func (d *dedup) add(seq uint64) (isNew bool, gap seqRange) {
-	if !d.Started { // the first seq (0 included: no seq-1 underflow)
-		d.Started, d.HWM, d.Top = true, seq, seq
-		return true, gap
-	}
-	if d.seen(seq) {
-		return false, gap
-	}
-	return true, d.insert(seq, seq)
-}
-
-// skip records [a,b] as numbers never given to a sample, and reports the
-// hole it opens above the highest seq seen so far (a real gap: samples
-// before the skip that never came).
-func (d *dedup) skip(a, b uint64) (gap seqRange) {
-	if !d.Started {
-		d.Started, d.HWM, d.Top = true, b, b
-		return gap
-	}
-	a = max(a, d.HWM+1)
-	if a > b {
-		return gap
-	}
-	return d.insert(a, b)
-}
-
-func (d *dedup) seen(seq uint64) bool {
-	if seq <= d.HWM {
-		return true
-	}
-	i, _ := slices.BinarySearchFunc(d.Above, seq, func(r seqRange, s uint64) int {
-		switch {
-		case r.Last < s:
-			return -1
-		case r.First > s:
-			return 1
-		}
-		return 0
-	})
-	return i < len(d.Above) && d.Above[i].First <= seq && seq <= d.Above[i].Last
-}
-
-// insert adds [a,b] (a > HWM) to the seen ranges.
-func (d *dedup) insert(a, b uint64) (gap seqRange) {
-	if a > d.Top+1 {
-		gap = seqRange{d.Top + 1, a - 1}
-	}
-	d.Top = max(d.Top, b)
-	// the first range that ends at or after a-1 (touching or overlapping)
-	i := sort.Search(len(d.Above), func(i int) bool { return d.Above[i].Last+1 >= a })
-	j := i
-	for j < len(d.Above) && d.Above[j].First <= b+1 {
-		a, b = min(a, d.Above[j].First), max(b, d.Above[j].Last)
-		j++
-	}
-	d.Above = slices.Replace(d.Above, i, j, seqRange{a, b})
-	d.absorb()
-	for d.max > 0 && len(d.Above) > d.max {
-		d.HWM = d.Above[0].Last // give up the hole below the lowest range
-		d.Above = slices.Delete(d.Above, 0, 1)
-		d.absorb()
-	}
-	return gap
-}
-
-// absorb moves the ranges that touch HWM into it.
-func (d *dedup) absorb() {
-	for len(d.Above) > 0 && d.Above[0].First <= d.HWM+1 {
-		d.HWM = max(d.HWM, d.Above[0].Last)
-		d.Above = slices.Delete(d.Above, 0, 1)
 	}
 }
