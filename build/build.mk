@@ -56,7 +56,7 @@ qemu-smoke: arm arm64 lab-arm lab-arm64 ## version and check of the arm64 and ar
 
 # The pure tests (no sockets, no child processes) of the packages that
 # matter most on ARM: 64-bit atomics on armv7, byte order, float decoding.
-QEMU_TESTS := ./ringstore/@-skip=SIGKILL|HelperProcess ./stats/@-run=. ./history/@-run=. ./edge/@-run=^Test(Decode|Encode|BitAt|ParseNames) ./edge/modbus/@-run=^Test(UDPRoundClean|ZeroAllocsPerPoll) ./sparkplug/@-run=^Test(PayloadRoundTrip|ValueMapping|ParseState|BdSeq|Aliases|CheckID)
-test-qemu: ## go test -exec qemu-aarch64 / qemu-arm on the pure tests of ringstore, stats, history, edge (decode), edge/modbus (UDP rounds, allocations), sparkplug (payload, stores)
+QEMU_TESTS := ./ringstore/@-skip=SIGKILL|HelperProcess ./stats/@-run=. ./history/@-run=. ./edge/@-run=^Test(Decode|Encode|BitAt|ParseNames) ./edge/modbus/@-run=^Test(UDPRoundClean|ZeroAllocsPerPoll) ./sparkplug/@-run=^Test(PayloadRoundTrip|ValueMapping|ParseState|BdSeq|Aliases|CheckID) ./wire/@-run=.
+test-qemu: ## go test -exec qemu-aarch64 / qemu-arm on the pure tests of ringstore, stats, history, edge (decode), edge/modbus (UDP rounds, allocations), sparkplug (payload, stores), wire (every frame byte for byte)
 	$(foreach t,$(QEMU_TESTS),CGO_ENABLED=0 $(goenv_arm64) $(GO) test -count=1 -exec $(QEMU_AARCH64) '$(word 2,$(subst @, ,$(t)))' $(word 1,$(subst @, ,$(t))) && ) true
 	$(foreach t,$(QEMU_TESTS),CGO_ENABLED=0 $(goenv_armv7) $(GO) test -count=1 -exec $(QEMU_ARM) '$(word 2,$(subst @, ,$(t)))' $(word 1,$(subst @, ,$(t))) && ) true

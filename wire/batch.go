@@ -8,9 +8,6 @@ import (
 	"edgegw/ringstore"
 )
 
-// Version is the upstream protocol version a gateway writes in "v".
-const Version = 2
-
 // GatewayHeader carries the gateway id on the WebSocket handshake, so that
 // a receiver knows who is connected before the first batch (for writes).
 const GatewayHeader = "Edgegw-Gateway"
