@@ -3,11 +3,12 @@
 package main
 
 import (
-	"edgegw/receiver"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+
+	"edgegw/receiver"
 )
 
 // cmdReceive runs the reference upstream receiver: it accepts gateways over

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"edgegw/wire"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"edgegw/wire"
 
 	"github.com/gorilla/websocket"
 )

@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"edgegw/wire"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"edgegw/wire"
 )
 
 // Writer does one confirmed write (edge's scheduler through main's adapter):

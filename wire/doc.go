@@ -32,8 +32,9 @@
 //     1e-6 <= |v| < 1e21. A NaN or infinite register is never written: it
 //     gives null with quality "error".
 //   - quality: "good", "timeout" (no answer) or "error" (exception,
-//     malformed reply, transport error, not a number). Readers accept
-//     "stale" too: the name is reserved, no gateway writes it today.
+//     malformed reply, transport error, not a number); readers accept
+//     "stale" as well, a tag no longer refreshed (the README says when a
+//     gateway writes it).
 //   - ts: acquisition time in Unix microseconds (16 digits), or in
 //     milliseconds where a frame says "ts_unit":"ms".
 //
@@ -121,7 +122,9 @@
 // error), "mismatch" (the read-back differs), "stopped". A malformed
 // command is answered (kind "bad request"); an uplink message that is not
 // JSON, of an unknown type, or an ack without last closes the connection.
-// Commands are carried out at least once: write absolute values and use
+// A command is not resent by the gateway: a receiver that gets no answer
+// (the connection closed) does not know whether it was carried out. Over
+// MQTT (below) delivery is at least once. Write absolute values and use
 // ids.
 //
 // # MQTT topics
