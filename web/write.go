@@ -117,11 +117,12 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
 // when the body is good, else the status to answer with msg.
 func parseWriteBody(body io.Reader) (req wire.WriteRequest, status int, msg string) {
 	req, err := wire.ParseWriteRequest(body)
+	if err == nil {
+		return req, 0, "" // before the error targets below: they escape, so they cost an allocation each
+	}
 	var mbe *http.MaxBytesError
 	var pe *wire.ProtocolError
 	switch {
-	case err == nil:
-		return req, 0, ""
 	case errors.As(err, &mbe):
 		return req, http.StatusRequestEntityTooLarge, "write body exceeds " + strconv.Itoa(MaxWriteBody) + " bytes"
 	case errors.Is(err, wire.ErrEmptyBody):

@@ -11,8 +11,8 @@ type Scanner struct {
 	Depth   int // arrays and objects open at the end of what was scanned
 	Deepest int // the deepest nesting seen
 
-	inStr, esc, seen bool
 	commas           int // commas at depth 1
+	inStr, esc, seen bool
 }
 
 // Scan reads the next chunk of the text.

@@ -47,21 +47,21 @@ func ValidName(s string) bool {
 // ParseValue reads a write value: a finite JSON number, or true/false
 // (1/0). raw must already be valid JSON (it comes out of a decoder).
 func ParseValue(raw []byte) (float64, error) {
-	switch s := string(raw); {
-	case s == "true":
+	switch { // string(raw) only where it does not escape: no allocation on success
+	case string(raw) == "true":
 		return 1, nil
-	case s == "false":
+	case string(raw) == "false":
 		return 0, nil
-	case s == "" || s == "null":
+	case len(raw) == 0 || string(raw) == "null":
 		return 0, errors.New("no value")
-	case s[0] == '-' || '0' <= s[0] && s[0] <= '9':
-		f, err := strconv.ParseFloat(s, 64)
+	case raw[0] == '-' || '0' <= raw[0] && raw[0] <= '9':
+		f, err := strconv.ParseFloat(string(raw), 64)
 		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			return 0, fmt.Errorf("value %.40s is out of range", s)
+			return 0, fmt.Errorf("value %.40s is out of range", raw)
 		}
 		return f, nil
 	default:
-		return 0, fmt.Errorf("value %.40s is not a number or true/false", s)
+		return 0, fmt.Errorf("value %.40s is not a number or true/false", raw)
 	}
 }
 
@@ -261,21 +261,26 @@ var ErrEmptyBody = errors.New(`wire: write: empty body: want {"device":"…","ta
 var errTooDeep = &ProtocolError{Frame: "write", Msg: "JSON nested deeper than " + strconv.Itoa(MaxWriteDepth)}
 
 // depthReader fails as soon as the JSON passing through nests deeper than
-// max, so a body of 100k '[' costs a scan of one read, not a parse.
+// MaxWriteDepth, so a body of 100k '[' costs a scan of one read, not a
+// parse. It marks the reader's own errors (readError) for the caller.
 type depthReader struct {
-	r   io.Reader
-	max int
-	sc  Scanner
-	err error // the reader's own error (not io.EOF)
+	r  io.Reader
+	sc Scanner
 }
+
+// readError is an error of the body's reader (not io.EOF).
+type readError struct{ err error }
+
+func (e *readError) Error() string { return e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
 
 func (d *depthReader) Read(p []byte) (int, error) {
 	n, err := d.r.Read(p)
 	if err != nil && err != io.EOF {
-		d.err = err
+		err = &readError{err}
 	}
 	d.sc.Scan(p[:n])
-	if d.sc.Deepest > d.max {
+	if d.sc.Deepest > MaxWriteDepth {
 		return 0, errTooDeep
 	}
 	return n, err
@@ -293,14 +298,14 @@ func ParseWriteRequest(body io.Reader) (WriteRequest, error) {
 		Tag    *string          `json:"tag"`
 		Value  *json.RawMessage `json:"value"`
 	}
-	dr := &depthReader{r: body, max: MaxWriteDepth}
-	dec := json.NewDecoder(dr)
+	dec := json.NewDecoder(&depthReader{r: body})
 	dec.DisallowUnknownFields()
 	bad := func(err error) (WriteRequest, error) {
+		var re *readError
 		var pe *ProtocolError
 		switch {
-		case dr.err != nil:
-			return req, fmt.Errorf("wire: write: %w", dr.err) // such as *http.MaxBytesError
+		case errors.As(err, &re):
+			return req, fmt.Errorf("wire: write: %w", re.err) // such as *http.MaxBytesError
 		case errors.As(err, &pe):
 			return req, err // too deep
 		case errors.Is(err, io.EOF):

@@ -226,11 +226,11 @@ func TestSizeBudgetARMv7(t *testing.T) {
 }
 
 // TestGatewayLeavesOutTheLab: the release gateway build links none of the
-// lab (simulator, bench, demo broker, reference receiver's command), says so
+// lab (simulator, bench, demo broker, the reference receiver), says so
 // when asked for a lab command, and its flags are the Makefile's.
 func TestGatewayLeavesOutTheLab(t *testing.T) {
 	deps := mustRun(t, root(t), nil, goTool(), "list", "-deps", "-tags", "nolab", ".")
-	for _, lab := range []string{"edgegw/sim", "edgegw/bench", "edgegw/lab/", "github.com/mochi-mqtt/"} {
+	for _, lab := range []string{"edgegw/sim", "edgegw/bench", "edgegw/lab/", "edgegw/receiver", "github.com/mochi-mqtt/"} {
 		for _, d := range strings.Fields(deps) {
 			if strings.HasPrefix(d, lab) {
 				t.Errorf("the gateway build links %s", d)
