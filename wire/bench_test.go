@@ -54,7 +54,7 @@ func BenchmarkParseBatch(b *testing.B) {
 func BenchmarkParseReply48(b *testing.B) {
 	s := make([]ringstore.Sample, 48)
 	for i := range s {
-		s[i] = ringstore.Sample{Seq: uint64(1764450000000000 + i), Device: "logger-01", Tag: "temperature", Value: 21.5, TS: 1764450000123456}
+		s[i] = ringstore.Sample{Seq: 1764450000000000 + uint64(i), Device: "logger-01", Tag: "temperature", Value: 21.5, TS: 1764450000123456}
 	}
 	body := AppendWSSamples(nil, s[47].Seq, s)
 	b.SetBytes(int64(len(body)))
