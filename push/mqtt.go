@@ -18,12 +18,16 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
-// mqttLink is the paho client with every trap of PITFALLS.md handled:
-// ordered memory store (QoS 1 resent in order after a reconnect),
-// SetOrderMatters(false), SetWriteTimeout, a bounded reconnect interval,
-// SetConnectRetry, a retained status with a retained last will, and the
-// link state read with IsConnectionOpen (IsConnected is true while
-// reconnecting). Changes of the link are broadcast like Queue.Wait.
+// mqttLink is the paho client with paho v1.5.1's traps handled: the ordered
+// memory store (the default one resends QoS 1 in random order after a
+// reconnect), SetOrderMatters(false) (else a slow handler blocks the
+// network loop), SetWriteTimeout (else a Publish on a dead link can block
+// for ever), a bounded reconnect interval, SetConnectRetry, a retained
+// status with a retained last will, tokens waited for with a bound (a token
+// is no delivery receipt: a publish that timed out may still arrive, so
+// every payload carries seq), and the link state read with IsConnectionOpen
+// (IsConnected is true while reconnecting). Changes of the link are
+// broadcast like Queue.Wait.
 type mqttLink struct {
 	c      mqtt.Client
 	prefix string
