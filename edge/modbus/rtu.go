@@ -149,7 +149,7 @@ func (p *RTUPort) Unit(u uint8, timeout time.Duration) *RTUConn {
 	t := &rtuTransport{port: p, timeout: timeout, cnt: &counters{}}
 	pk := gb.NewRTUClientHandler("")
 	pk.SlaveId = u
-	return &RTUConn{device: newDevice(pk, t, p.kind, p.addr, u, t.cnt), t: t}
+	return &RTUConn{device: newDevice(pk, rtuFraming, t, p.kind, p.addr, u, t.cnt), t: t}
 }
 
 // Counters returns this unit's counters; Reconnects are the port's.
@@ -186,8 +186,14 @@ func (t *rtuTransport) Send(req []byte) ([]byte, error) {
 		}
 		return nil, err
 	}
-	p.line.succeeded()
 	return resp, nil
+}
+
+func (t *rtuTransport) succeeded() {
+	p := t.port
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.line.succeeded()
 }
 
 func (t *rtuTransport) fail(err error) {
@@ -315,12 +321,13 @@ func readRTUFrame(read readFunc, deadline time.Time, timeout time.Duration, buf 
 	return f, nil
 }
 
-// checkRTU checks a CRC-valid reply frame against the request frame.
+// checkRTU checks a CRC-valid reply frame's unit against the request
+// frame's; the PDU is the packager's to check (pduPackager).
 func checkRTU(req, f []byte) error {
 	if f[0] != req[0] {
 		return frameErr("reply from unit %d, want %d", f[0], req[0])
 	}
-	return checkPDU(req[1:len(req)-2], f[1:len(f)-2])
+	return nil
 }
 
 // rtuLine is the byte stream under an RTUPort.
