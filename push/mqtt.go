@@ -450,7 +450,7 @@ func (p *Pusher) onMQTTWrite(l *mqttLink, c mqtt.Client, msg mqtt.Message) {
 		reply(p.refuse(id, KindRefused, errNoWriter, p.mqttOrigin))
 		return
 	}
-	if !p.mqttBucket.allow(time.Now()) {
+	if !p.mqttRate.Allow() {
 		reply(p.refuse(id, KindBusy, fmt.Sprintf("over the rate limit (%g/s)", p.cfg.MQTT.WriteRate), p.mqttOrigin))
 		return
 	}

@@ -201,6 +201,7 @@ func TestMQTTStoppedSenderSettles(t *testing.T) {
 			run, end := context.WithCancel(context.Background())
 			defer end()
 			sctx, stop := context.WithCancel(run)
+			defer stop()
 			done := make(chan struct{})
 			go func() { defer close(done); p.mqttSender(sctx, run, link) }()
 			waitFor(t, 5*time.Second, "every sample published", func() bool {

@@ -27,7 +27,8 @@
 //
 // It never schedules polls, decodes register values into tags, retries a
 // request or keeps statistics beyond the cumulative Counters of each
-// connection (and of the UDP socket); it imports no project package.
+// connection (and of the UDP socket); of the project it imports only
+// internal/backoff (the reconnect delays).
 //
 // Concurrency: the methods of one per-device connection (TCPConn, UDPConn,
 // RTUConn) are called from ONE goroutine, the device's or the bus's poller;

@@ -59,7 +59,7 @@ func NewTCP(cfg TCPConfig) *TCPConn {
 		timeout: cfg.Timeout, cnt: cnt,
 		rd: &redialer{addr: cfg.Address, dialTimeout: cfg.DialTimeout, cnt: cnt,
 			log: cfg.Logger.With("transport", "tcp", "unit", cfg.Unit),
-			bo:  backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}},
+			bo:  newGate(cfg.BackoffMin, cfg.BackoffMax)},
 	}
 	p := gb.NewTCPClientHandler("")
 	p.SlaveId = cfg.Unit

@@ -46,7 +46,7 @@ func NewTCPPort(cfg TCPConfig) *TCPPort {
 	cfg.defaults()
 	p := &TCPPort{addr: cfg.Address, timeout: cfg.Timeout}
 	p.rd = &redialer{addr: cfg.Address, dialTimeout: cfg.DialTimeout, cnt: &p.cnt,
-		log: cfg.Logger.With("transport", "tcp"), bo: backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}}
+		log: cfg.Logger.With("transport", "tcp"), bo: newGate(cfg.BackoffMin, cfg.BackoffMax)}
 	return p
 }
 
