@@ -31,10 +31,9 @@
 //     (123.456), others in the shortest float64 form, without exponent for
 //     1e-6 <= |v| < 1e21. A NaN or infinite register is never written: it
 //     gives null with quality "error".
-//   - quality: "good", "timeout" (no answer) or "error" (exception,
-//     malformed reply, transport error, not a number); readers accept
-//     "stale" as well, a tag no longer refreshed (the README says when a
-//     gateway writes it).
+//   - quality: "good", "timeout" (no answer), "error" (exception,
+//     malformed reply, transport error, not a number) or "stale" (a reload
+//     stopped polling the tag or its device: its last sample, once).
 //   - ts: acquisition time in Unix microseconds (16 digits), or in
 //     milliseconds where a frame says "ts_unit":"ms".
 //
