@@ -102,19 +102,20 @@ type Stats struct {
 // dedup by (gateway, epoch, seq) — but an unacknowledged sample is never
 // skipped.
 //
-// When fsync happens (none without Dir; "never" skips all but the last):
+// When fsync happens (never without Dir):
 //   - FsyncBatched: Run's goroutine syncs the active segment at most every
 //     FsyncInterval when it was written to, outside the writer lock, so
 //     no appender waits for it;
 //   - FsyncAlways: Persist syncs after its writes, under the writer lock,
 //     before it returns (the appenders waiting then share that one sync:
 //     a group commit), and Run after the writes it does itself;
-//   - a roll (every MaxBytes/16 of records, in whichever goroutine writes:
-//     usually an appender's Persist, under the writer lock) syncs the full
-//     segment before closing it and then the directory for the new file
-//     (not with FsyncNever);
-//   - the ack mark's temporary file before its rename (not with FsyncNever);
-//   - Close syncs the active segment whatever the policy.
+//   - a roll (every SegmentBytes of records, in whichever goroutine
+//     writes: usually an appender's Persist, under the writer lock) syncs
+//     the full segment before closing it, then the directory for the new
+//     file, whatever the policy but FsyncNever;
+//   - the ack mark's temporary file before its rename (not FsyncNever);
+//   - the last flush (Run's when ctx ends, then Close's) syncs the active
+//     segment whatever the policy, FsyncNever included.
 //
 // Concurrency: all methods are safe for concurrent use. HandOff, Ack, Peek's
 // bookkeeping and Stats take the queue's mutex (mu) for a short, disk-free
