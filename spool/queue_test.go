@@ -861,3 +861,33 @@ func TestQueueSmallBoundHealthyDropsNothing(t *testing.T) {
 	}
 	t.Logf("segment size %d bytes, stats %+v", diskOf(q).segSize, st)
 }
+
+// BenchmarkQueueAppendMemory: a memory queue (no data_dir) taking 2-tag
+// polls as the ring hands them over (HandOff, then Persist) with Run
+// going, acked every 1024 polls as a sender keeping up would.
+func BenchmarkQueueAppendMemory(b *testing.B) {
+	q, err := Open(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- q.Run(ctx) }()
+	batch := mkBatch(1, 1, 2)
+	b.ReportAllocs()
+	b.ResetTimer()
+	seq := uint64(1)
+	for i := 0; i < b.N; i++ {
+		batch[0].Seq, batch[1].Seq = seq, seq+1
+		seq += 2
+		q.HandOff(batch)
+		q.Persist(seq - 1)
+		if i%1024 == 1023 {
+			q.Ack(seq - 1)
+		}
+	}
+	b.StopTimer()
+	cancel()
+	<-done
+	q.Close()
+}

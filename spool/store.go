@@ -73,6 +73,8 @@ func (f *fifo) front() *ringstore.Sample   { return &f.s[f.off] }
 func (f *fifo) push(b ...ringstore.Sample) { f.s = append(f.s, b...) }
 func (f *fifo) at(i int) *ringstore.Sample { return &f.s[f.off+i] }
 func (f *fifo) search(after uint64) int    { return searchAfter(f.items(), after) }
+
+// searchAfter is the index of the first sample of s with seq > after.
 func searchAfter(s []ringstore.Sample, after uint64) int {
 	return sort.Search(len(s), func(i int) bool { return s[i].Seq > after })
 }
