@@ -245,3 +245,45 @@ func (g *gateway) pieces() []piece {
 	}
 	return append(ps, piece{"web", g.web.Serve}, piece{"edge", g.sched.Run})
 }
+
+// markRemoved appends one sample of quality stale (value null, stamped now)
+// for every tag among the ring's latest values that devices no longer poll:
+// its device, or the tag itself, was removed by a reload. Without it, those
+// tags would show their last value as good for ever (shortPolling, the
+// retained per-tag MQTT topics, a client resuming by snapshot). Marked once:
+// a tag whose latest sample is stale already is left alone. It runs after
+// Reload has returned, so no poll of a removed device can come after it.
+// It returns the number of tags marked.
+func (g *gateway) markRemoved(devices []edge.DeviceConfig, now time.Time) (int, error) {
+	polled := make(map[[2]string]bool)
+	for _, d := range devices {
+		for _, t := range d.Tags {
+			polled[[2]string{d.Name, t.Name}] = true
+		}
+	}
+	sink := teeSink{g.ring, g.hist}
+	var batch []ringstore.Sample
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, _, err := sink.Append(batch)
+		batch = batch[:0]
+		return err
+	}
+	n := 0
+	for _, s := range g.ring.Snapshot().Latest { // sorted by device: one batch a device
+		if s.Quality == ringstore.Stale || polled[[2]string{s.Device, s.Tag}] {
+			continue
+		}
+		if len(batch) > 0 && batch[0].Device != s.Device {
+			if err := flush(); err != nil {
+				return n, err
+			}
+		}
+		batch = append(batch, ringstore.Sample{Device: s.Device, Tag: s.Tag, Bool: s.Bool, Kind: s.Kind,
+			Quality: ringstore.Stale, TS: now.UnixMicro()})
+		n++
+	}
+	return n, flush()
+}

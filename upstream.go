@@ -65,6 +65,7 @@ func newPusher(c *conf.Config, q *spool.Queue, latest func() *ringstore.Snapshot
 	}
 	qos := byte(m.QoS)
 	if qos == 0 && m.Broker != "" {
+		// conf's defaults say so: a batch leaves the queue only on its PUBACK.
 		log.Warn("upstream.mqtt.qos = 0 cannot acknowledge batches; batches use qos 1 (per-tag topics stay at qos 0)")
 		qos = 1
 	}

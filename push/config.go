@@ -18,6 +18,8 @@ import (
 	"edgegw/ringstore"
 	"edgegw/spool"
 	"edgegw/stats"
+
+	"golang.org/x/time/rate"
 )
 
 // MQTT modes.
@@ -105,7 +107,7 @@ type Pusher struct {
 	mqttOrigin string // "mqtt <broker host>"
 	wc         writeCounters
 	refuseLog  backoff.Log
-	mqttBucket *bucket
+	mqttRate   *rate.Limiter // write commands over MQTT
 
 	// Link states, each logged once per change (upstreamlog.go).
 	wsState, mqttState backoff.State
@@ -180,7 +182,7 @@ func New(cfg Config) (*Pusher, error) {
 		return nil, errors.New("push: neither a websocket url nor an mqtt broker")
 	}
 	p := &Pusher{cfg: cfg, log: cfg.Logger, q: cfg.Queue, st: cfg.State,
-		refuseLog: backoff.Log{Every: 10 * time.Second, Level: slog.LevelWarn}, mqttBucket: newBucket(m.WriteRate, m.WriteBurst)}
+		refuseLog: backoff.Log{Every: 10 * time.Second, Level: slog.LevelWarn}, mqttRate: rate.NewLimiter(rate.Limit(m.WriteRate), m.WriteBurst)}
 	p.gwJSON, _ = json.Marshal(cfg.GatewayID)
 	var err error
 	if w.URL != "" {
