@@ -86,7 +86,7 @@ func openQ(t *testing.T, cfg Config) *Queue {
 }
 
 // runQ runs the writer until the test ends (or stop is called).
-func runQ(t *testing.T, q *Queue) (stop func()) {
+func runQ(t testing.TB, q *Queue) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- q.Run(ctx) }()
@@ -609,6 +609,22 @@ func TestHelperProcess(t *testing.T) {
 	}
 }
 
+// appendPolls resets the timer and appends b.N 2-tag polls (HandOff,
+// then Persist, as the ring does), calling each after every one.
+func appendPolls(b *testing.B, q *Queue, each func(i int, last uint64)) {
+	batch := mkBatch(1, 1, 2)
+	b.ReportAllocs()
+	b.ResetTimer()
+	seq := uint64(1)
+	for i := 0; i < b.N; i++ {
+		batch[0].Seq, batch[1].Seq = seq, seq+1
+		seq += 2
+		q.HandOff(batch)
+		q.Persist(seq - 1)
+		each(i, seq-1)
+	}
+}
+
 func BenchmarkQueueAppendRun(b *testing.B) {
 	for _, policy := range []string{FsyncNever, FsyncBatched} {
 		b.Run(policy, func(b *testing.B) {
@@ -617,27 +633,17 @@ func BenchmarkQueueAppendRun(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error)
-			go func() { done <- q.Run(ctx) }()
-			batch := mkBatch(1, 1, 2)
-			b.ReportAllocs()
-			b.ResetTimer()
-			seq := uint64(1)
-			for i := 0; i < b.N; i++ {
-				batch[0].Seq, batch[1].Seq = seq, seq+1
-				seq += 2
-				q.Append(batch)
+			stop := runQ(b, q)
+			appendPolls(b, q, func(i int, _ uint64) {
 				for i%1024 == 0 && q.Stats().Unwritten > 1<<15 {
 					time.Sleep(10 * time.Microsecond)
 				}
-			}
+			})
 			for q.Stats().Unwritten > 0 {
 				time.Sleep(10 * time.Microsecond)
 			}
 			b.StopTimer()
-			cancel()
-			<-done
+			stop()
 			q.Close()
 			reportDiskBytes(b, dir, 2*b.N)
 		})
@@ -692,9 +698,7 @@ func BenchmarkQueueDiskBytes(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error)
-			go func() { done <- q.Run(ctx) }()
+			stop := runQ(b, q)
 			seq := uint64(1795987408427661)
 			ts := int64(1764450000000000)
 			for i := 0; i < b.N; i++ {
@@ -710,8 +714,7 @@ func BenchmarkQueueDiskBytes(b *testing.B) {
 			for q.Stats().Unwritten > 0 {
 				time.Sleep(10 * time.Microsecond)
 			}
-			cancel()
-			<-done
+			stop()
 			q.Close()
 			reportDiskBytes(b, dir, 2*b.N)
 		})
@@ -870,24 +873,13 @@ func BenchmarkQueueAppendMemory(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- q.Run(ctx) }()
-	batch := mkBatch(1, 1, 2)
-	b.ReportAllocs()
-	b.ResetTimer()
-	seq := uint64(1)
-	for i := 0; i < b.N; i++ {
-		batch[0].Seq, batch[1].Seq = seq, seq+1
-		seq += 2
-		q.HandOff(batch)
-		q.Persist(seq - 1)
+	stop := runQ(b, q)
+	appendPolls(b, q, func(i int, last uint64) {
 		if i%1024 == 1023 {
-			q.Ack(seq - 1)
+			q.Ack(last)
 		}
-	}
+	})
 	b.StopTimer()
-	cancel()
-	<-done
+	stop()
 	q.Close()
 }
