@@ -12,6 +12,7 @@ import (
 	"edgegw/history"
 	"edgegw/push"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
 	"edgegw/web"
 )
@@ -26,7 +27,7 @@ type gateway struct {
 	hist  *history.Store
 	web   *web.Server
 	up    *stats.Upstream    // nil when no upstream is configured
-	queue *ringstore.Queue   // nil when no upstream is configured
+	queue *spool.Queue       // nil when no upstream is configured
 	push  *push.Pusher       // nil when no upstream is configured
 	spb   *sparkplugParts    // nil without [upstream.sparkplug] (sparkplug_wire.go)
 	acq   *stats.Acquisition // gateway-wide acquisition counters (UDP datagrams from no device)
@@ -35,7 +36,7 @@ type gateway struct {
 func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
 	// The queue first: the sequence starts above the highest seq it holds,
 	// and the queue keeps the restart's skip for the receiver.
-	var queue *ringstore.Queue
+	var queue *spool.Queue
 	if hasUpstream(c) {
 		if queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
 			return nil, err
@@ -114,7 +115,7 @@ func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
 
 // storageOf is the durable queue as /healthz's web.Storage: its own
 // QueueHealth when it reports one, else always storing. nil without a queue.
-func storageOf(q *ringstore.Queue) web.Storage {
+func storageOf(q *spool.Queue) web.Storage {
 	if q == nil {
 		return nil
 	}

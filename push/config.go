@@ -16,6 +16,7 @@ import (
 
 	"edgegw/internal/backoff"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
 	"edgegw/wire"
 
@@ -34,7 +35,7 @@ type Config struct {
 	GatewayID string // required
 	WS        WSConfig
 	MQTT      MQTTConfig
-	Queue     *ringstore.Queue           // required: the batches come from here
+	Queue     *spool.Queue               // required: the batches come from here
 	Latest    func() *ringstore.Snapshot // for per-tag retained topics; nil = none
 	State     *stats.Upstream            // nil = a private one
 	Logger    *slog.Logger
@@ -95,7 +96,7 @@ type MQTTConfig struct {
 type Pusher struct {
 	cfg     Config
 	log     *slog.Logger
-	q       *ringstore.Queue
+	q       *spool.Queue
 	st      *stats.Upstream
 	gwJSON  []byte // the gateway id as a JSON string
 	header  http.Header

@@ -15,6 +15,7 @@ import (
 	"edgegw/lab/mqttbroker"
 	"edgegw/receiver"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
 	"edgegw/wire"
 
@@ -106,7 +107,7 @@ func TestBadTokenRefused(t *testing.T) {
 }
 
 func TestNewConfigErrors(t *testing.T) {
-	q, _ := ringstore.OpenQueue(ringstore.QueueConfig{})
+	q, _ := spool.Open(spool.Config{})
 	for _, c := range []Config{
 		{Queue: q, WS: WSConfig{URL: "ws://x"}},
 		{GatewayID: "g", WS: WSConfig{URL: "ws://x"}},
@@ -331,12 +332,12 @@ func TestRestartResends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := func() (*ringstore.Ring, *ringstore.Queue, func()) {
+	open := func() (*ringstore.Ring, *spool.Queue, func()) {
 		seq, err := ringstore.OpenSequence(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := ringstore.OpenQueue(ringstore.QueueConfig{Dir: dir})
+		q, err := spool.Open(spool.Config{Dir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -458,7 +459,7 @@ func TestWebSocketNoAckResends(t *testing.T) {
 // A batch never mixes epochs and carries the restart skips it crosses; the
 // receiver takes a skip as seen (no gap) and a new epoch as no gap.
 func TestEpochBatchesAndReceiverState(t *testing.T) {
-	q, _ := ringstore.OpenQueue(ringstore.QueueConfig{})
+	q, _ := spool.Open(spool.Config{})
 	const e1, e2 = 0x1111222233334444, 0x5555666677778888
 	mk := func(epoch, first uint64, n int) []ringstore.Sample {
 		b := make([]ringstore.Sample, n)

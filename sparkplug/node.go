@@ -18,6 +18,7 @@ import (
 
 	"edgegw/internal/backoff"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
 )
 
@@ -64,7 +65,7 @@ type Config struct {
 	DataDir string // bdSeq and aliases; "" = memory only
 	Devices []Device
 
-	Queue    *ringstore.Queue           // required: this node's own queue, fed with every appended batch
+	Queue    *spool.Queue               // required: this node's own queue, fed with every appended batch
 	Latest   func() *ringstore.Snapshot // required: current values for the births
 	Stats    func() []stats.Entry       // device health records (device death); nil = never dead
 	Upstream *stats.Upstream            // for the NBIRTH gateway metrics; nil = none
