@@ -48,8 +48,12 @@ type Config struct {
 	TCPMode        string // TCPParallel (default) or TCPSerial
 	UDPListen      string // local address of the shared UDP socket; default ":0"
 	UDPBufferBytes int    // SO_RCVBUF/SO_SNDBUF asked for; default 4 MiB
-	Sink           Sink
-	Logger         *slog.Logger
+	// UDPNoBatch sends and reads one datagram per syscall even where
+	// sendmmsg/recvmmsg exist; the results are the same (a way out, and
+	// for comparison).
+	UDPNoBatch bool
+	Sink       Sink
+	Logger     *slog.Logger
 
 	Acquisition *stats.Acquisition // gateway-wide counters (UDP datagrams from no device); nil: not kept
 }
@@ -84,10 +88,11 @@ type DeviceConfig struct {
 
 // Scheduler polls every configured device.
 type Scheduler struct {
-	cfg    Config
-	log    *slog.Logger
-	wr     schedWrites     // write path (write.go)
-	reload chan *reloadReq // Reload → Run (reload.go)
+	cfg     Config
+	log     *slog.Logger
+	wr      schedWrites     // write path (write.go)
+	reload  chan *reloadReq // Reload → Run (reload.go)
+	udpKick chan struct{}   // capacity 1: Write → the UDP round: a write was queued
 
 	mu      sync.RWMutex // guards devices and buses: Run swaps them on a reload
 	devices []*device
@@ -112,7 +117,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Scheduler{cfg: cfg, log: cfg.Logger, reload: make(chan *reloadReq)}
+	s := &Scheduler{cfg: cfg, log: cfg.Logger, reload: make(chan *reloadReq), udpKick: make(chan struct{}, 1)}
 	devs, err := s.buildDevices(cfg.Devices, nil)
 	if err != nil {
 		return nil, err
@@ -209,8 +214,8 @@ func (s *Scheduler) groupBuses(devs []*device) ([]*bus, map[*device]connSlot) {
 			key = ep
 			slots[d] = connSlot{key: portKey(d.cfg)}
 		}
-		if key == "" { // a bus of its own
-			buses = append(buses, &bus{name: d.cfg.Name, devices: []*device{d}})
+		if key == "" { // a bus of its own, in the UDP round
+			buses = append(buses, &bus{name: d.cfg.Name, devices: []*device{d}, udp: true})
 			continue
 		}
 		b := byKey[key]

@@ -247,9 +247,16 @@ func (s *Scheduler) Write(ctx context.Context, req WriteRequest) (WriteResult, e
 		s.logWrite(req, res, werr)
 		return res, werr
 	}
+	b := s.wr.busOf[j.dev]
 	select {
-	case s.wr.busOf[j.dev].wr.queue <- j:
+	case b.wr.queue <- j:
 		s.wr.mu.RUnlock()
+		if b.udp { // the UDP round looks at its queues when kicked
+			select {
+			case s.udpKick <- struct{}{}:
+			default:
+			}
+		}
 	default:
 		s.wr.mu.RUnlock()
 		werr = writeErr(req, WriteBusy, fmt.Sprintf("%d writes already wait for this bus; try again", WriteQueue), nil)

@@ -22,10 +22,12 @@ import (
 // Read* methods return (an exception: IsException; no reply: ErrTimeout).
 // A Request is used by one call at a time.
 type Request struct {
-	Conn *UDPConn // SendRound: the device asked
+	Conn *UDPConn // SendRound, Round: the device asked
 	Func byte     // 1 coils, 2 discrete inputs, 3 holding, 4 input registers
 	Addr uint16
 	Qty  uint16
+	// Deadline (Round only): the reply must come before it.
+	Deadline time.Time
 
 	Data []byte
 	Err  error
