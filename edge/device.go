@@ -341,7 +341,9 @@ func (d *device) finishPoll(sink Sink) (answered, good bool) {
 		d.stats.LastGoodUS.Store(now.UnixMicro())
 	}
 	if p.good {
-		d.stats.SetReason("")
+		if d.stats.Reason() != "" { // SetReason's argument escapes: no call, no allocation
+			d.stats.SetReason("")
+		}
 	} else if p.firstErr != nil {
 		d.stats.SetReason(p.firstErr.Error())
 	}
