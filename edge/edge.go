@@ -136,10 +136,10 @@ func New(cfg Config) (*Scheduler, error) {
 }
 
 // StaggerSlots is how many start times the devices of one interval are
-// spread over. Devices of one slot wake together: the runtime fires their
-// timers in one go, which costs far less than as many separate wake-ups,
-// while the load is still spread over the interval (no burst at the top of
-// the second).
+// spread over. Devices of one slot are polled by one wake-up (the UDP
+// round's, or the clock's for TCP and RTU buses), which costs far less than
+// as many separate wake-ups, while the load is still spread over the
+// interval (no burst at the top of the second).
 const StaggerSlots = 8
 
 // staggerOffset is device i of n's start within its interval: slot i mod
