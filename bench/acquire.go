@@ -43,10 +43,11 @@ type AcquireConfig struct {
 	// Telegraf is the path of a telegraf binary with inputs.modbus; "" looks
 	// on PATH; "off" skips it.
 	Telegraf string
-	// Before is the path of another edgegw lab binary (say, built from an
-	// earlier commit): every mode then runs its gateway child too, just
-	// before this binary's, on the same loggers, as the row "MODE@before".
-	Before string
+	// Before runs another edgegw lab binary (say, built from an earlier
+	// commit; Path "" for none): every mode then runs its gateway child
+	// too, just before this binary's, on the same loggers, as the row
+	// "MODE@before".
+	Before Exec
 	Exec   Exec         // how to re-execute this binary (default os.Executable() bench)
 	Logger *slog.Logger // progress; nil: discard
 	// Profile, when set, is a directory where each gateway child writes a
@@ -256,13 +257,13 @@ func RunAcquire(ctx context.Context, cfg AcquireConfig) (*AcquireReport, error) 
 		case ModeTCPParallel:
 			tr, tcpMode = "tcp", edge.TCPParallel
 		}
-		if cfg.Before != "" {
+		if cfg.Before.Path != "" {
 			bc := cfg
-			bc.Exec = Exec{Path: cfg.Before, Args: []string{"bench"}}
-			cfg.Logger.Info("bench: acquire", "mode", mode+"@before", "binary", cfg.Before, "devices", cfg.Devices, "interval", cfg.Interval, "duration", cfg.Duration)
+			bc.Exec = cfg.Before
+			cfg.Logger.Info("bench: acquire", "mode", mode+"@before", "binary", cfg.Before.Path, "devices", cfg.Devices, "interval", cfg.Interval, "duration", cfg.Duration)
 			mr, err := acquireMode(ctx, bc, mode, tcpMode, fleets[tr])
 			if err != nil {
-				return rep, fmt.Errorf("bench: acquire: %s with %s: %w", mode, cfg.Before, err)
+				return rep, fmt.Errorf("bench: acquire: %s with %s: %w", mode, cfg.Before.Path, err)
 			}
 			mr.Mode += "@before"
 			rep.Modes = append(rep.Modes, mr)
