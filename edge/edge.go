@@ -135,11 +135,13 @@ func New(cfg Config) (*Scheduler, error) {
 	return s, nil
 }
 
-// StaggerSlots is how many start times the devices of one interval are
-// spread over. Devices of one slot are polled by one wake-up (the UDP
-// round's, or the clock's for TCP and RTU buses), which costs far less than
-// as many separate wake-ups, while the load is still spread over the
-// interval (no burst at the top of the second).
+// StaggerSlots is how many start times the TCP and RTU devices of one
+// interval are spread over. Devices of one slot are woken by one timer
+// event (the clock), which costs far less than as many separate wake-ups,
+// while the load is still spread over the interval. UDP devices are not
+// staggered: every UDP device of an interval is due at its start and is
+// polled by one wake-up of the UDP round, its requests sent back to back in
+// one batch (one request per device: no device gets a burst).
 const StaggerSlots = 8
 
 // staggerOffset is device i of n's start within its interval: slot i mod
@@ -151,7 +153,8 @@ func staggerOffset(interval time.Duration, i, n int) time.Duration {
 
 // buildDevices makes the devices of a config, in order. A device of old
 // whose resolved config is unchanged is taken over as it is (statistics,
-// connection, schedule). New devices are staggered (staggerOffset).
+// connection, schedule). New TCP and RTU devices are staggered
+// (staggerOffset); UDP devices start together.
 func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]*device, error) {
 	seen := map[string]bool{}
 	devs := make([]*device, 0, len(dcs))
@@ -167,7 +170,9 @@ func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]
 		if o := old[dc.Name]; o != nil && reflect.DeepEqual(o.cfg, d.cfg) {
 			d = o
 		} else {
-			d.offset = staggerOffset(d.cfg.Interval, i, len(dcs))
+			if dc.Transport != TransportUDP {
+				d.offset = staggerOffset(d.cfg.Interval, i, len(dcs))
+			}
 		}
 		devs = append(devs, d)
 	}
