@@ -8,11 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"log/slog"
-
 	"edgegw/conf"
-	"edgegw/edge"
-	"edgegw/stats"
 )
 
 // cmdCheck validates a config file and prints what the gateway would do
@@ -74,16 +70,4 @@ func printConfErrors(w io.Writer, err error) {
 		return
 	}
 	fmt.Fprintln(w, err)
-}
-
-// newScheduler maps the config onto edge and builds the scheduler (which
-// opens nothing until Run).
-func newScheduler(c *conf.Config, sink edge.Sink, acq *stats.Acquisition, log *slog.Logger) (*edge.Scheduler, error) {
-	ec, err := edgeConfig(c)
-	if err != nil {
-		return nil, err
-	}
-	ec.Sink, ec.Acquisition = sink, acq
-	ec.Logger = log
-	return edge.New(ec)
 }

@@ -139,6 +139,11 @@ func reload(ctx context.Context, g *gateway, path string, log *slog.Logger) {
 		log.Error("reload: devices not applied; the running ones stay", "config", path, "err", err)
 		return
 	}
+	if n, err := g.markRemoved(ec.Devices, time.Now()); err != nil {
+		log.Error("reload: marking the removed tags stale", "err", err)
+	} else if n > 0 {
+		log.Info("reload: removed tags marked stale", "tags", n)
+	}
 	log.Info("reload: devices applied", "config", path, "result", res.String())
 	if diff := restartSections(g.cfg, c); len(diff) > 0 {
 		log.Warn("reload: these sections changed and take effect at the next restart", "sections", diff)

@@ -12,6 +12,7 @@ import (
 	"edgegw/history"
 	"edgegw/push"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
 	"edgegw/web"
 )
@@ -26,7 +27,7 @@ type gateway struct {
 	hist  *history.Store
 	web   *web.Server
 	up    *stats.Upstream    // nil when no upstream is configured
-	queue *ringstore.Queue   // nil when no upstream is configured
+	queue *spool.Queue       // nil when no upstream is configured
 	push  *push.Pusher       // nil when no upstream is configured
 	spb   *sparkplugParts    // nil without [upstream.sparkplug] (sparkplug_wire.go)
 	acq   *stats.Acquisition // gateway-wide acquisition counters (UDP datagrams from no device)
@@ -35,7 +36,7 @@ type gateway struct {
 func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
 	// The queue first: the sequence starts above the highest seq it holds,
 	// and the queue keeps the restart's skip for the receiver.
-	var queue *ringstore.Queue
+	var queue *spool.Queue
 	if hasUpstream(c) {
 		if queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
 			return nil, err
@@ -114,7 +115,7 @@ func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
 
 // storageOf is the durable queue as /healthz's web.Storage: its own
 // QueueHealth when it reports one, else always storing. nil without a queue.
-func storageOf(q *ringstore.Queue) web.Storage {
+func storageOf(q *spool.Queue) web.Storage {
 	if q == nil {
 		return nil
 	}
@@ -243,4 +244,46 @@ func (g *gateway) pieces() []piece {
 			piece{"sparkplug", g.spb.node.Run})
 	}
 	return append(ps, piece{"web", g.web.Serve}, piece{"edge", g.sched.Run})
+}
+
+// markRemoved appends one sample of quality stale (value null, stamped now)
+// for every tag among the ring's latest values that devices no longer poll:
+// its device, or the tag itself, was removed by a reload. Without it, those
+// tags would show their last value as good for ever (shortPolling, the
+// retained per-tag MQTT topics, a client resuming by snapshot). Marked once:
+// a tag whose latest sample is stale already is left alone. It runs after
+// Reload has returned, so no poll of a removed device can come after it.
+// It returns the number of tags marked.
+func (g *gateway) markRemoved(devices []edge.DeviceConfig, now time.Time) (int, error) {
+	polled := make(map[[2]string]bool)
+	for _, d := range devices {
+		for _, t := range d.Tags {
+			polled[[2]string{d.Name, t.Name}] = true
+		}
+	}
+	sink := teeSink{g.ring, g.hist}
+	var batch []ringstore.Sample
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, _, err := sink.Append(batch)
+		batch = batch[:0]
+		return err
+	}
+	n := 0
+	for _, s := range g.ring.Snapshot().Latest { // sorted by device: one batch a device
+		if s.Quality == ringstore.Stale || polled[[2]string{s.Device, s.Tag}] {
+			continue
+		}
+		if len(batch) > 0 && batch[0].Device != s.Device {
+			if err := flush(); err != nil {
+				return n, err
+			}
+		}
+		batch = append(batch, ringstore.Sample{Device: s.Device, Tag: s.Tag, Bool: s.Bool, Kind: s.Kind,
+			Quality: ringstore.Stale, TS: now.UnixMicro()})
+		n++
+	}
+	return n, flush()
 }

@@ -114,6 +114,20 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	gw.waitLine("reload: devices applied", 10*time.Second)
 	reloaded := time.Now().UnixMicro()
 	waitFor(t, 10*time.Second, "samples of the added d4", func() bool { return len(samplesOf("d4")) >= 10 })
+	var short struct{ Tags []ringstore.Sample }
+	if err := getJSON(t, page+"api/shortPolling", &short); err != nil {
+		t.Fatal(err)
+	}
+	sawD2 := false
+	for _, s := range short.Tags {
+		sawD2 = sawD2 || s.Device == "d2"
+		if (s.Quality == ringstore.Stale) != (s.Device == "d2") {
+			t.Errorf("shortPolling after the reload: %s/%s quality %v (stale is for the removed d2 only)", s.Device, s.Tag, s.Quality)
+		}
+	}
+	if !sawD2 {
+		t.Errorf("shortPolling after the reload: no d2 (want its tag, stale): %+v", short.Tags)
+	}
 
 	// invalid: refused, the running config stays
 	write("[[device]]\nname = \"broken\"\n")
@@ -148,9 +162,15 @@ func TestReloadOnSIGHUP(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range samplesOf("d2") {
+	// d2 removed: not polled after the reload, and its tag's last sample
+	// (its only stale one) says so, in the stream as in shortPolling.
+	d2 := samplesOf("d2")
+	for i, s := range d2 {
 		if s.TS > reloaded {
 			t.Fatalf("removed d2 polled after the reload: %+v", s)
+		}
+		if (s.Quality == ringstore.Stale) != (i == len(d2)-1) {
+			t.Fatalf("d2 sample %d of %d: quality %v (want stale for the last only)", i+1, len(d2), s.Quality)
 		}
 	}
 	// d3 at its new 200 ms interval: windows start 200 ms apart or more, so

@@ -7,6 +7,7 @@ import (
 	"edgegw/conf"
 	"edgegw/ringstore"
 	"edgegw/sparkplug"
+	"edgegw/spool"
 	"edgegw/stats"
 )
 
@@ -14,7 +15,7 @@ import (
 // (data_dir/sparkplug/queue, bounded by [buffer]): it gets every appended
 // batch like the push queue, and only the node takes samples out of it.
 type sparkplugParts struct {
-	queue *ringstore.Queue
+	queue *spool.Queue
 	node  *sparkplug.Node
 }
 
@@ -40,7 +41,7 @@ func (g *gateway) addSparkplug(c *conf.Config, w sparkplug.Writer, log *slog.Log
 		dir = filepath.Join(c.Gateway.DataDir, "sparkplug")
 		qdir = filepath.Join(dir, "queue")
 	}
-	q, err := ringstore.OpenQueue(ringstore.QueueConfig{
+	q, err := spool.Open(spool.Config{
 		Dir: qdir, MaxBytes: c.Buffer.MaxBytes, Fsync: c.Buffer.Fsync, FsyncInterval: c.Buffer.FsyncInterval,
 		Logger: log.With("queue", "sparkplug"),
 	})
@@ -72,12 +73,20 @@ func (g *gateway) addSparkplug(c *conf.Config, w sparkplug.Writer, log *slog.Log
 		return err
 	}
 	g.spb = &sparkplugParts{queue: q, node: node}
+	// Both queues as the push queue alone (gateway.go): the hand-off under
+	// the ring's lock, the disk writes after it.
 	push := g.queue
 	g.ring.OnAppend(func(b []ringstore.Sample) {
 		if push != nil {
-			push.Append(b)
+			push.HandOff(b)
 		}
-		q.Append(b)
+		q.HandOff(b)
+	})
+	g.ring.AfterAppend(func(last uint64) {
+		if push != nil {
+			push.Persist(last)
+		}
+		q.Persist(last)
 	})
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"edgegw/conf"
 	"edgegw/push"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
 )
 
@@ -19,12 +20,12 @@ func hasUpstream(c *conf.Config) bool {
 }
 
 // openQueue opens the durable queue under data_dir ("" = memory only).
-func openQueue(c *conf.Config, log *slog.Logger) (*ringstore.Queue, error) {
+func openQueue(c *conf.Config, log *slog.Logger) (*spool.Queue, error) {
 	dir := ""
 	if c.Gateway.DataDir != "" {
 		dir = filepath.Join(c.Gateway.DataDir, "queue")
 	}
-	return ringstore.OpenQueue(ringstore.QueueConfig{
+	return spool.Open(spool.Config{
 		Dir: dir, MaxBytes: c.Buffer.MaxBytes, Fsync: c.Buffer.Fsync, FsyncInterval: c.Buffer.FsyncInterval,
 		Logger: log,
 	})
@@ -47,7 +48,7 @@ func secret(what, path string) (string, error) {
 // uplink could carry commands injected on the way); from MQTT only when
 // write_commands is on.
 // devices gives the tag units of the per-tag payloads.
-func newPusher(c *conf.Config, q *ringstore.Queue, latest func() *ringstore.Snapshot, devices func() []stats.Entry,
+func newPusher(c *conf.Config, q *spool.Queue, latest func() *ringstore.Snapshot, devices func() []stats.Entry,
 	st *stats.Upstream, w push.Writer, log *slog.Logger) (*push.Pusher, error) {
 	ws, m := c.Upstream.WebSocket, c.Upstream.MQTT
 	token, err := secret("upstream.websocket.token_file", ws.TokenFile)
@@ -64,6 +65,7 @@ func newPusher(c *conf.Config, q *ringstore.Queue, latest func() *ringstore.Snap
 	}
 	qos := byte(m.QoS)
 	if qos == 0 && m.Broker != "" {
+		// conf's defaults say so: a batch leaves the queue only on its PUBACK.
 		log.Warn("upstream.mqtt.qos = 0 cannot acknowledge batches; batches use qos 1 (per-tag topics stay at qos 0)")
 		qos = 1
 	}

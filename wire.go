@@ -16,6 +16,18 @@ import (
 	"edgegw/stats"
 )
 
+// newScheduler maps the config onto edge and builds the scheduler (which
+// opens nothing until Run): the gateway runs it, check prints its plan.
+func newScheduler(c *conf.Config, sink edge.Sink, acq *stats.Acquisition, log *slog.Logger) (*edge.Scheduler, error) {
+	ec, err := edgeConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	ec.Sink, ec.Acquisition = sink, acq
+	ec.Logger = log
+	return edge.New(ec)
+}
+
 // edgeConfig maps the resolved config onto edge's own Config.
 func edgeConfig(c *conf.Config) (edge.Config, error) {
 	ec := edge.Config{

@@ -7,7 +7,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 COUNT=${COUNT:-10}
-PKGS=${PKGS:-"./ringstore/ ./edge/... ./web/ ./push/ ./sim/ ./stats/ ./bench/"}
+PKGS=${PKGS:-"./ringstore/ ./spool/ ./edge/... ./web/ ./push/ ./sim/ ./stats/ ./bench/"}
 BENCH=${BENCH:-.}
 BENCHSTAT="go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da"
 out=$(mktemp)

@@ -301,3 +301,38 @@ func readFile(t testing.TB, p string) string {
 	}
 	return string(b)
 }
+
+// TestDefaultsTableInREADME: the README's table of keys and defaults is
+// the doc comment of defaults.go, line for line, so the two cannot drift.
+func TestDefaultsTableInREADME(t *testing.T) {
+	src, err := os.ReadFile("defaults.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, l := range strings.Split(string(src), "\n") {
+		if strings.HasPrefix(l, "//\tkey ") || len(want) > 0 && strings.HasPrefix(l, "//\t") {
+			want = append(want, strings.TrimPrefix(l, "//\t"))
+		} else if len(want) > 0 {
+			break
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := string(readme)
+	i := strings.Index(r, "\n"+want[0]+"\n")
+	if len(want) < 10 || i < 0 {
+		t.Fatalf("README has no table starting %q (defaults.go: %d lines)", want[0], len(want))
+	}
+	got := strings.Split(r[i+1:], "\n")[:len(want)]
+	for k := range want {
+		if got[k] != want[k] {
+			t.Fatalf("README table line %d:\n  %q\ndefaults.go says:\n  %q", k+1, got[k], want[k])
+		}
+	}
+	if next := strings.Split(r[i+1:], "\n")[len(want)]; next != "```" {
+		t.Errorf("README table goes on after defaults.go's last line: %q", next)
+	}
+}

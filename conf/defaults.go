@@ -4,8 +4,11 @@ import "time"
 
 // Defaults: every default of the config file, in one place. A key that is
 // absent from the file takes its default; a key that is present means what
-// it says (so retries = 0, qos = 0 and per_tag_topics = false are honoured,
-// and scale = 0 or interval = "0s" are errors).
+// it says (so retries = 0 and per_tag_topics = false are honoured, and
+// scale = 0 or interval = "0s" are errors). One value is taken otherwise,
+// with a warning at start: qos = 0 sends batches at QoS 1, since a batch
+// leaves the durable queue only on its PUBACK (QoS 0 has none: a batch
+// published while reconnecting would be dropped and still counted sent).
 //
 //	key                              default                      valid
 //	allow_empty (top level)          false                        true: a reload may remove every device
@@ -71,7 +74,7 @@ import "time"
 //	[upstream.mqtt] broker           "" (none)                    tcp ssl tls mqtt mqtts ws wss :// host:port
 //	[upstream.mqtt] topic_prefix     "edgegw/<gateway id>"        no + # or trailing /
 //	[upstream.mqtt] mode             "fallback" if broker set, else "off"   fallback | always | off
-//	[upstream.mqtt] qos              1                            0 | 1 | 2
+//	[upstream.mqtt] qos              1 (the batch topic's)        1 | 2; 0 runs as 1 (warned)
 //	[upstream.mqtt] client_id        "edgegw-<gateway id>"
 //	[upstream.mqtt] per_tag_topics   true
 //	[upstream.mqtt] write_commands   false

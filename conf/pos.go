@@ -6,20 +6,6 @@ import (
 	"unicode/utf8"
 )
 
-// BurntSushi/toml v1.6 keeps key positions private and keyed by the dotted key
-// alone, so every [[device]] shares one entry. The line numbers in messages
-// come from this scanner instead: it runs over text the TOML parser has
-// already accepted and records, for every key path, the line where it is
-// defined. Paths name array elements by index, so
-//
-//	device[3]              the fourth [[device]] header
-//	device[3].tags[1]      its second tag: the "{" of an inline table or a [[device.tags]] header
-//	device[3].tags[1].bit  the line of that key
-//
-// (with segSep in place of the dots). When the scanner meets anything it does
-// not understand it stops: a path it has not seen has line 0 ("unknown"),
-// never a wrong line.
-
 // segSep joins the segments of a path; quoted keys that contain it (or "[")
 // get no path at all, so they can never alias another key.
 const segSep = "\x1f"
@@ -68,6 +54,21 @@ type lineScanner struct {
 const maxNesting = 64
 
 // indexLines scans TOML text (already accepted by the parser) for key lines.
+//
+// Why a hand-written scanner: BurntSushi/toml v1.6 keeps key positions
+// private (MetaData has no exported position of a key) and keys them by the
+// dotted key alone, so every [[device]] would share one entry anyway. The
+// line numbers in config errors come from this scanner instead: it records,
+// for every key path, the line where it is defined. Paths name array
+// elements by index, so
+//
+//	device[3]              the fourth [[device]] header
+//	device[3].tags[1]      its second tag: the "{" of an inline table or a [[device.tags]] header
+//	device[3].tags[1].bit  the line of that key
+//
+// (with segSep in place of the dots). When the scanner meets anything it does
+// not understand it stops: a path it has not seen has line 0 ("unknown"),
+// never a wrong line.
 func indexLines(src string) lineIndex {
 	sc := &lineScanner{s: src, line: 1, lines: lineIndex{}, arrays: map[string]int{}}
 	sc.top()

@@ -3,12 +3,12 @@ package edge
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
 
 	"edgegw/edge/modbus"
+	"edgegw/internal/backoff"
 )
 
 // runState is what Run owns while it runs: the shared transports and the
@@ -69,19 +69,12 @@ const (
 
 // openFailure is the backoff of one transport that did not open.
 type openFailure struct {
-	failures int
-	until    time.Time
-	err      error
+	gate backoff.Gate
+	err  error
 }
 
 func (f *openFailure) failed(now time.Time, err error) {
-	f.failures++
-	d := OpenRetryMin
-	for i := 1; i < f.failures && d < OpenRetryMax; i++ {
-		d *= 2
-	}
-	d = min(d, OpenRetryMax)
-	f.until = now.Add(d/2 + rand.N(d/2+1))
+	f.gate.Failed(now)
 	f.err = err
 }
 
@@ -170,7 +163,7 @@ func (rs *runState) attach(d *device, force bool) (tried bool, err error) {
 	key := openKey(d.cfg)
 	now := time.Now()
 	f := rs.failed[key]
-	if f != nil && !force && now.Before(f.until) {
+	if f != nil && !force && f.gate.Wait(now) > 0 {
 		return false, f.err
 	}
 	if err = rs.open(d); err != nil {
@@ -178,7 +171,7 @@ func (rs *runState) attach(d *device, force bool) (tried bool, err error) {
 			return true, err
 		}
 		if f == nil {
-			f = &openFailure{}
+			f = &openFailure{gate: backoff.Gate{Delay: backoff.Delay{Min: OpenRetryMin, Max: OpenRetryMax}}}
 			rs.failed[key] = f
 		}
 		f.failed(now, err)

@@ -6,8 +6,8 @@
 //
 // It never polls devices, serves clients or numbers samples: main tees the
 // samples edge hands to the ring into Add, and web reads through Query and
-// Health. It imports ringstore (Sample, Quality) and stats (the health record)
-// only.
+// Health. It imports ringstore (Sample, Quality), stats (the health record)
+// and internal/backoff (the throttle of its write-error line) only.
 //
 // Concurrency: Store is safe for concurrent use; one mutex guards every series
 // and Add does no I/O under it (it runs in the poll path). Run is the one

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"edgegw/internal/backoff"
 	"edgegw/ringstore"
 	"edgegw/stats"
 )
@@ -99,15 +100,15 @@ type device struct {
 
 // Store is the history. Build it with Open.
 type Store struct {
-	cfg          Config
-	log          *slog.Logger
-	step, cstep  int64 // µs
-	k            int64 // fine buckets per coarse bucket
-	nFine, nCrs  int
-	rawWindowUS  int64
-	lastTickIdx  int64
-	disk         *disk // nil without Dir
-	diskErrLogAt time.Time
+	cfg         Config
+	log         *slog.Logger
+	step, cstep int64 // µs
+	k           int64 // fine buckets per coarse bucket
+	nFine, nCrs int
+	rawWindowUS int64
+	lastTickIdx int64
+	disk        *disk       // nil without Dir
+	diskErrLog  backoff.Log // failed writes: a line at most once an hour
 
 	mu      sync.Mutex
 	series  map[key]*series
@@ -128,7 +129,7 @@ func Open(cfg Config) (*Store, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &Store{
+	s := &Store{diskErrLog: backoff.Log{Every: time.Hour, Level: slog.LevelError},
 		cfg: cfg, log: cfg.Logger,
 		step: cfg.Step.Microseconds(), cstep: cfg.CoarseStep.Microseconds(),
 		nFine: int(cfg.FineKeep / cfg.Step), nCrs: int(cfg.Keep / cfg.CoarseStep),
@@ -376,9 +377,8 @@ func (s *Store) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		s.Tick(time.Now())
-		if err := s.Flush(); err != nil && time.Since(s.diskErrLogAt) > time.Hour {
-			s.diskErrLogAt = time.Now()
-			s.log.Error("history: write failed (logged once an hour)", "err", err)
+		if err := s.Flush(); err != nil {
+			s.diskErrLog.Log(s.log, "write", "history: write failed (logged once an hour)", "err", err)
 		}
 	}
 }

@@ -16,7 +16,10 @@ import (
 
 	"edgegw/internal/backoff"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
+
+	"golang.org/x/time/rate"
 )
 
 // MQTT modes.
@@ -31,7 +34,7 @@ type Config struct {
 	GatewayID string // required
 	WS        WSConfig
 	MQTT      MQTTConfig
-	Queue     *ringstore.Queue           // required: the batches come from here
+	Queue     *spool.Queue               // required: the batches come from here
 	Latest    func() *ringstore.Snapshot // for per-tag retained topics; nil = none
 	State     *stats.Upstream            // nil = a private one
 	Logger    *slog.Logger
@@ -92,7 +95,7 @@ type MQTTConfig struct {
 type Pusher struct {
 	cfg     Config
 	log     *slog.Logger
-	q       *ringstore.Queue
+	q       *spool.Queue
 	st      *stats.Upstream
 	gwJSON  []byte // the gateway id as a JSON string
 	header  http.Header
@@ -104,7 +107,7 @@ type Pusher struct {
 	mqttOrigin string // "mqtt <broker host>"
 	wc         writeCounters
 	refuseLog  backoff.Log
-	mqttBucket *bucket
+	mqttRate   *rate.Limiter // write commands over MQTT
 
 	// Link states, each logged once per change (upstreamlog.go).
 	wsState, mqttState backoff.State
@@ -179,7 +182,7 @@ func New(cfg Config) (*Pusher, error) {
 		return nil, errors.New("push: neither a websocket url nor an mqtt broker")
 	}
 	p := &Pusher{cfg: cfg, log: cfg.Logger, q: cfg.Queue, st: cfg.State,
-		refuseLog: backoff.Log{Every: 10 * time.Second, Level: slog.LevelWarn}, mqttBucket: newBucket(m.WriteRate, m.WriteBurst)}
+		refuseLog: backoff.Log{Every: 10 * time.Second, Level: slog.LevelWarn}, mqttRate: rate.NewLimiter(rate.Limit(m.WriteRate), m.WriteBurst)}
 	p.gwJSON, _ = json.Marshal(cfg.GatewayID)
 	var err error
 	if w.URL != "" {

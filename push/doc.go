@@ -5,7 +5,7 @@
 // used by `edgegw demo`.
 //
 // It never polls devices, never serves local clients and never imports edge
-// or web: it reads the durable queue (ringstore.Queue) and the latest values
+// or web: it reads the durable queue (spool.Queue) and the latest values
 // (a func returning a ringstore.Snapshot), and publishes its state in a
 // stats.Upstream. Only acknowledged samples leave the queue: a WebSocket
 // batch on the receiver's ack, an MQTT batch on its PUBACK. Everything else

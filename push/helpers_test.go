@@ -15,6 +15,7 @@ import (
 
 	"edgegw/internal/testenv"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -87,7 +88,7 @@ func serveReceiver(t *testing.T, r *Receiver) (addr net.Addr, stop func()) {
 // gateway is a ring feeding a queue, and a producer of polls.
 type gateway struct {
 	ring *ringstore.Ring
-	q    *ringstore.Queue
+	q    *spool.Queue
 }
 
 func newGateway(t *testing.T, dir string) *gateway {
@@ -96,7 +97,7 @@ func newGateway(t *testing.T, dir string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := ringstore.OpenQueue(ringstore.QueueConfig{Dir: dir, Logger: testLogger(t)})
+	q, err := spool.Open(spool.Config{Dir: dir, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

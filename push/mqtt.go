@@ -18,12 +18,16 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
-// mqttLink is the paho client with every trap of PITFALLS.md handled:
-// ordered memory store (QoS 1 resent in order after a reconnect),
-// SetOrderMatters(false), SetWriteTimeout, a bounded reconnect interval,
-// SetConnectRetry, a retained status with a retained last will, and the
-// link state read with IsConnectionOpen (IsConnected is true while
-// reconnecting). Changes of the link are broadcast like Queue.Wait.
+// mqttLink is the paho client with paho v1.5.1's traps handled: the ordered
+// memory store (the default one resends QoS 1 in random order after a
+// reconnect), SetOrderMatters(false) (else a slow handler blocks the
+// network loop), SetWriteTimeout (else a Publish on a dead link can block
+// for ever), a bounded reconnect interval, SetConnectRetry, a retained
+// status with a retained last will, tokens waited for with a bound (a token
+// is no delivery receipt: a publish that timed out may still arrive, so
+// every payload carries seq), and the link state read with IsConnectionOpen
+// (IsConnected is true while reconnecting). Changes of the link are
+// broadcast like Queue.Wait.
 type mqttLink struct {
 	c      mqtt.Client
 	prefix string
@@ -139,7 +143,16 @@ type pub struct {
 // error (PUBACK for QoS 1) within AckTimeout; on a timeout or error the
 // sender starts again from the oldest unacknowledged sample (the receiver
 // dedups what the broker got twice).
-func (p *Pusher) mqttSender(ctx context.Context, l *mqttLink) {
+//
+// When ctx ends (WebSocket is back) it publishes nothing more and settles
+// the batches still in flight before it returns: each PUBACK that comes
+// within its AckTimeout acks the queue, in order, up to the first that does
+// not, so the WebSocket session, which starts once the sender is gone,
+// resends only what the broker did not confirm: nothing lost, and no
+// duplicate unless a PUBACK comes later than AckTimeout. When run ends
+// (shutdown) it returns at once; what was in flight stays unacknowledged
+// and is sent again after the restart.
+func (p *Pusher) mqttSender(ctx, run context.Context, l *mqttLink) {
 	w, m := p.cfg.WS, p.cfg.MQTT
 	topic := m.TopicPrefix + "/batch"
 	log := p.log.With("broker", m.Broker, "topic", topic)
@@ -148,6 +161,7 @@ func (p *Pusher) mqttSender(ctx context.Context, l *mqttLink) {
 	bt := batcher{max: w.BatchMax, wait: w.BatchWait}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	defer func() { p.settle(run, inflight, log) }()
 	for {
 		if ctx.Err() != nil {
 			return // stopped: publish nothing more
@@ -213,6 +227,27 @@ func (p *Pusher) mqttSender(ctx context.Context, l *mqttLink) {
 			default:
 			}
 		}
+	}
+}
+
+// settle waits for the tokens of a stopped sender, in order, each until its
+// AckTimeout: a PUBACK acks the queue up to its batch; the first error,
+// timeout or the end of run leaves it and the rest unacknowledged.
+func (p *Pusher) settle(run context.Context, inflight []pub, log *slog.Logger) {
+	for _, f := range inflight {
+		timer := time.NewTimer(time.Until(f.sent.Add(p.cfg.WS.AckTimeout)))
+		select {
+		case <-f.tok.Done():
+		case <-timer.C:
+		case <-run.Done():
+		}
+		timer.Stop()
+		if !isDone(f.tok) || f.tok.Error() != nil {
+			log.Debug("push: mqtt: stopped sender: batch in flight not confirmed; the next path sends it again", "last", f.last)
+			return
+		}
+		p.q.Ack(f.last)
+		p.st.SentMQTT.Add(uint64(f.n))
 	}
 }
 
@@ -415,7 +450,7 @@ func (p *Pusher) onMQTTWrite(l *mqttLink, c mqtt.Client, msg mqtt.Message) {
 		reply(p.refuse(id, KindRefused, errNoWriter, p.mqttOrigin))
 		return
 	}
-	if !p.mqttBucket.allow(time.Now()) {
+	if !p.mqttRate.Allow() {
 		reply(p.refuse(id, KindBusy, fmt.Sprintf("over the rate limit (%g/s)", p.cfg.MQTT.WriteRate), p.mqttOrigin))
 		return
 	}

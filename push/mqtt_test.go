@@ -15,14 +15,28 @@ import (
 )
 
 // blackHole is an MQTT "broker" on a real socket that accepts the
-// connection (CONNACK) and then never acknowledges anything: every
-// PUBLISH is recorded, no PUBACK is sent.
+// connection (CONNACK) and then acknowledges nothing unless told to
+// (ackAll): every PUBLISH is recorded, no PUBACK is sent by itself.
 type blackHole struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	firsts []uint64 // "first" of every batch published
-	wg     sync.WaitGroup
-	conns  []net.Conn
+	ln      net.Listener
+	mu      sync.Mutex
+	firsts  []uint64 // "first" of every batch published
+	lasts   []uint64 // "last" of every batch published
+	pending map[net.Conn][]uint16
+	wg      sync.WaitGroup
+	conns   []net.Conn
+}
+
+// ackAll sends the PUBACKs of every PUBLISH received so far.
+func (b *blackHole) ackAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c, ids := range b.pending {
+		for _, id := range ids {
+			_, _ = c.Write([]byte{0x40, 0x02, byte(id >> 8), byte(id)})
+		}
+	}
+	b.pending = nil
 }
 
 func startBlackHole(t *testing.T) *blackHole {
@@ -90,15 +104,20 @@ func (b *blackHole) serve(c net.Conn) {
 		case 3: // PUBLISH: topic, packet id (QoS > 0), payload
 			tl := int(body[0])<<8 | int(body[1])
 			p := body[2+tl:]
+			b.mu.Lock()
 			if (h>>1)&3 > 0 {
+				if b.pending == nil {
+					b.pending = map[net.Conn][]uint16{}
+				}
+				b.pending[c] = append(b.pending[c], uint16(p[0])<<8|uint16(p[1]))
 				p = p[2:]
 			}
-			var f struct{ First uint64 }
+			var f struct{ First, Last uint64 }
 			if json.Unmarshal(p, &f) == nil && f.First != 0 {
-				b.mu.Lock()
 				b.firsts = append(b.firsts, f.First)
-				b.mu.Unlock()
+				b.lasts = append(b.lasts, f.Last)
 			}
+			b.mu.Unlock()
 		}
 	}
 }
@@ -142,6 +161,84 @@ func TestMQTTNoPubackNoAck(t *testing.T) {
 	// The window: up to 4 batches of 4 in flight, then a restart from the oldest.
 	if len(bh.firsts) < 3 || bh.firsts[0] != first || bh.firsts[1] != first+4 {
 		t.Fatalf("published batches start at %v", bh.firsts)
+	}
+}
+
+// A stopped MQTT sender (WebSocket is back) publishes nothing more and
+// settles its batches in flight: a PUBACK that comes after the stop, within
+// AckTimeout, acks the queue, so the WebSocket session does not send that
+// batch again; without a PUBACK the queue stays unacknowledged, and at
+// shutdown the sender does not wait.
+func TestMQTTStoppedSenderSettles(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		ack        bool // the broker acks after the stop
+		shutdown   bool // run ends instead of the sender being stopped
+		ackTimeout time.Duration
+	}{
+		{"late puback acks", true, false, 10 * time.Second},
+		{"no puback", false, false, time.Second},
+		{"shutdown", false, true, time.Minute},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bh := startBlackHole(t)
+			g := newGateway(t, "")
+			st := new(stats.Upstream)
+			p, err := New(Config{GatewayID: gwID, MQTT: MQTTConfig{Broker: "tcp://" + bh.ln.Addr().String(), NoPerTagTopics: true},
+				WS: WSConfig{BatchWait: 5 * time.Millisecond, AckTimeout: c.ackTimeout, BatchMax: 4}, Queue: g.q, State: st, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			link := p.newMQTT()
+			link.start()
+			defer link.stop(time.Second)
+			waitFor(t, 5*time.Second, "mqtt connected", link.up)
+			before, ackedBefore := g.ring.Seq(), g.q.Acked()
+			for i := 0; i < 4; i++ {
+				g.poll(i)
+			}
+			last := g.ring.Seq()
+			run, end := context.WithCancel(context.Background())
+			defer end()
+			sctx, stop := context.WithCancel(run)
+			defer stop()
+			done := make(chan struct{})
+			go func() { defer close(done); p.mqttSender(sctx, run, link) }()
+			waitFor(t, 5*time.Second, "every sample published", func() bool {
+				bh.mu.Lock()
+				defer bh.mu.Unlock()
+				return len(bh.lasts) > 0 && bh.lasts[len(bh.lasts)-1] == last
+			})
+			if c.shutdown {
+				end()
+			} else {
+				stop()
+			}
+			if c.ack {
+				bh.ackAll()
+			}
+			waitFor(t, 5*time.Second, "the sender gone", func() bool {
+				select {
+				case <-done:
+					return true
+				default:
+					return false
+				}
+			})
+			bh.mu.Lock()
+			published := len(bh.lasts)
+			bh.mu.Unlock()
+			acked, sent := g.q.Acked(), st.Snapshot().SentMQTT
+			if c.ack && (acked != last || sent != last-before) {
+				t.Errorf("after late PUBACKs: queue acked to %d (want %d), SentMQTT %d (want %d)", acked, last, sent, last-before)
+			}
+			if !c.ack && (acked != ackedBefore || sent != 0) {
+				t.Errorf("without PUBACK: queue acked to %d (want %d), SentMQTT %d", acked, ackedBefore, sent)
+			}
+			if c.ack && published*4 != int(last-before) { // no resend: AckTimeout never passed
+				t.Errorf("%d batches published for %d samples: the stopped sender published again", published, last-before)
+			}
+		})
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"edgegw/internal/testenv"
 	"edgegw/lab/mqttbroker"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
 
 	"github.com/gorilla/websocket"
@@ -210,7 +211,7 @@ func TestDedupCompaction(t *testing.T) {
 }
 
 func TestNewConfigErrors(t *testing.T) {
-	q, _ := ringstore.OpenQueue(ringstore.QueueConfig{})
+	q, _ := spool.Open(spool.Config{})
 	for _, c := range []Config{
 		{Queue: q, WS: WSConfig{URL: "ws://x"}},
 		{GatewayID: "g", WS: WSConfig{URL: "ws://x"}},
@@ -467,12 +468,12 @@ func TestRestartResends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := func() (*ringstore.Ring, *ringstore.Queue, func()) {
+	open := func() (*ringstore.Ring, *spool.Queue, func()) {
 		seq, err := ringstore.OpenSequence(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := ringstore.OpenQueue(ringstore.QueueConfig{Dir: dir})
+		q, err := spool.Open(spool.Config{Dir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -595,7 +596,7 @@ func TestWebSocketNoAckResends(t *testing.T) {
 // receiver takes a skip as seen (no gap), a new epoch as no gap, and its
 // state file carries the dedup across its own restart.
 func TestEpochBatchesAndReceiverState(t *testing.T) {
-	q, _ := ringstore.OpenQueue(ringstore.QueueConfig{})
+	q, _ := spool.Open(spool.Config{})
 	const e1, e2 = 0x1111222233334444, 0x5555666677778888
 	mk := func(epoch, first uint64, n int) []ringstore.Sample {
 		b := make([]ringstore.Sample, n)

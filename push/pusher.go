@@ -17,11 +17,13 @@ import (
 // connected. When it has been down longer than FallbackAfter (mode fallback
 // or always), the MQTT sender takes the stream from the oldest
 // unacknowledged sample. When WebSocket connects again, the MQTT sender is
-// told to stop (it publishes nothing more; its unconfirmed batches stay
-// unacknowledged, a late PUBACK still acks what the broker got) and the
-// session starts from the oldest unacknowledged sample: no gap, no
-// reordering within a path, duplicates possible across paths. Acks are
-// cumulative and only move forward, so the two never undo each other.
+// told to stop: it publishes nothing more and settles its batches in flight
+// (a PUBACK within AckTimeout acks what the broker got; see mqttSender).
+// Only then does the session start, from the oldest unacknowledged sample:
+// no gap, no reordering within a path, and no duplicate across paths unless
+// a PUBACK came later than AckTimeout or the broker lost the connection
+// with batches in flight. Acks are cumulative and only move forward, so
+// the two never undo each other.
 func (p *Pusher) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -59,11 +61,11 @@ func (p *Pusher) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); p.wsLoop(ctx, events) }()
 	}
 
-	// The MQTT sender, when it has the stream. Stopping it does not wait:
-	// a paho Publish on a dead link can block for the write timeout, and
-	// the WebSocket must not wait for that. A late PUBACK of the stopped
-	// sender still acks (the broker has the batch); the next sender waits
-	// for the old one to be gone, so MQTT never has two senders.
+	// The MQTT sender, when it has the stream. stopSender does not wait;
+	// the WebSocket session is granted the stream once the stopped sender
+	// has settled its batches in flight (waited for at most AckTimeout),
+	// and the next sender waits for the old one to be gone, so MQTT never
+	// has two senders.
 	var senderCancel context.CancelFunc
 	var senderDone chan struct{}
 	stopSender := func() {
@@ -83,7 +85,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 		sctx, senderCancel = context.WithCancel(ctx)
 		senderDone = make(chan struct{})
 		done := senderDone
-		go func() { defer close(done); p.mqttSender(sctx, link) }()
+		go func() { defer close(done); p.mqttSender(sctx, ctx, link) }()
 	}
 
 	// Shutdown order: stop everything, wait for it, then say "offline".
@@ -135,6 +137,20 @@ func (p *Pusher) Run(ctx context.Context) error {
 				wsIsUp = true
 				fallback.Stop()
 				stopSender()
+				if senderDone != nil {
+					// Its batches in flight settled, the session starts after
+					// what the broker confirmed. Bounded: a Publish stuck on a
+					// dead link (paho's write timeout) does not hold the
+					// WebSocket longer than AckTimeout; a PUBACK after that
+					// still acks (acks only move forward).
+					wait := time.NewTimer(p.cfg.WS.AckTimeout)
+					select {
+					case <-senderDone:
+					case <-wait.C:
+					case <-ctx.Done():
+					}
+					wait.Stop()
+				}
 				updatePath()
 				close(ev.granted)
 			case wsDown, wsUnauthorized:

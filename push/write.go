@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -316,31 +315,4 @@ func (p *Pusher) doWrite(ctx context.Context, c command, origin string) WriteAns
 	p.log.Debug("push: write command failed", "origin", origin, "id", c.ID, "device", c.Device, "tag", c.Tag,
 		"value", c.Value, "kind", kind, "err", err, "took", time.Since(start))
 	return WriteAnswer{ID: c.ID, Kind: kind, Error: err.Error()}
-}
-
-// bucket is a token bucket: rate tokens per second up to burst.
-type bucket struct {
-	mu     sync.Mutex
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time
-}
-
-func newBucket(rate float64, burst int) *bucket {
-	return &bucket{rate: rate, burst: float64(burst), tokens: float64(burst)}
-}
-
-func (b *bucket) allow(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.last.IsZero() {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
 }

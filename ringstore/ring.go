@@ -78,12 +78,12 @@ func NewRing(size int, seq *Sequence) *Ring {
 // OnAppend registers fn to see every appended batch (with sequence numbers
 // set) while the ring's lock is held, so it sees batches in sequence order.
 // fn must not block nor do I/O: it is the durable queue's hand-off
-// (Queue.HandOff). Set it before the first Append.
+// (spool.Queue.HandOff). Set it before the first Append.
 func (r *Ring) OnAppend(fn func([]Sample)) { r.sub = fn }
 
 // AfterAppend registers fn, called by Append after the ring's lock is
 // released, in the appender's goroutine, with the batch's last seq: the
-// durable queue's write (Queue.Persist), done before Append returns, so a
+// durable queue's write (spool.Queue.Persist), done before Append returns, so a
 // poll goes on only once its samples are in the page cache, while other
 // pollers and every reader go on without waiting for the disk. Set it
 // before the first Append.

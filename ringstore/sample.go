@@ -14,7 +14,7 @@ const (
 	Good    Quality = iota // the device answered and the value decoded
 	Timeout                // no answer within the device's timeout (retries included)
 	Error                  // an exception, a malformed reply or a transport error
-	Stale                  // the device is demoted; the value is the last good one's age
+	Stale                  // no longer polled: a reload removed the tag or its device (written once, by main)
 )
 
 var qualityNames = [...]string{Good: "good", Timeout: "timeout", Error: "error", Stale: "stale"}

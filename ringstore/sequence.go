@@ -16,8 +16,17 @@ import (
 
 // SeqBlock is how many sequence numbers one write of the high-water mark
 // reserves. A restart skips what was reserved and not used (at most this
-// many); the skip is announced upstream (Queue.Resume), so it is not a gap.
+// many); the skip is announced upstream (a Skip, kept by the durable queue:
+// spool.Queue.Resume), so it is not a gap.
 const SeqBlock = 1 << 20
+
+// Skip is a range of sequence numbers of one epoch that were never given to
+// a sample: what a restart skipped of the block the previous run had
+// reserved. Receivers treat it as seen, not as a gap.
+type Skip struct {
+	Epoch       uint64
+	First, Last uint64
+}
 
 const hwmFile = "seq.hwm"
 

@@ -9,7 +9,7 @@
 // there, flagged is_historical.
 //
 // It never polls devices, never serves local clients and never imports
-// edge, web or push: it reads its own durable queue (a ringstore.Queue fed
+// edge, web or push: it reads its own durable queue (a spool.Queue fed
 // with every appended batch), the latest values (a func returning a
 // ringstore.Snapshot) and the device health records (stats), and writes
 // through a Writer declared here. Only samples whose message paho has

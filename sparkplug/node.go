@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -17,7 +16,9 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"edgegw/internal/backoff"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
 )
 
@@ -64,7 +65,7 @@ type Config struct {
 	DataDir string // bdSeq and aliases; "" = memory only
 	Devices []Device
 
-	Queue    *ringstore.Queue           // required: this node's own queue, fed with every appended batch
+	Queue    *spool.Queue               // required: this node's own queue, fed with every appended batch
 	Latest   func() *ringstore.Snapshot // required: current values for the births
 	Stats    func() []stats.Entry       // device health records (device death); nil = never dead
 	Upstream *stats.Upstream            // for the NBIRTH gateway metrics; nil = none
@@ -121,10 +122,10 @@ type Node struct {
 	start   time.Time
 	nsTopic string // spBv1.0/<group>
 
-	writes       chan writeCmd
-	refused      atomic.Uint64
-	refuseLogged atomic.Int64  // UnixNano of the last refusal logged
-	unknown      atomic.Uint64 // samples of devices or tags not in the births (reload)
+	writes    chan writeCmd
+	refused   atomic.Uint64
+	refuseLog backoff.Log   // refused commands: a line at most every 10 s
+	unknown   atomic.Uint64 // samples of devices or tags not in the births (reload)
 }
 
 type devInfo struct {
@@ -178,7 +179,8 @@ func New(cfg Config) (*Node, error) {
 		cfg.MaxInFlight = 256
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, byName: map[string]int{}, tags: map[aliasKey]*tagInfo{},
-		byAlias: map[uint64]*tagInfo{}, nsTopic: "spBv1.0/" + cfg.GroupID, writes: make(chan writeCmd, 16)}
+		refuseLog: backoff.Log{Every: 10 * time.Second, Level: slog.LevelWarn},
+		byAlias:   map[uint64]*tagInfo{}, nsTopic: "spBv1.0/" + cfg.GroupID, writes: make(chan writeCmd, 16)}
 	for _, d := range cfg.Devices {
 		if err := CheckID("device id", d.Name); err != nil {
 			return nil, err
@@ -378,7 +380,7 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); n.writeLoop(ctx) }()
 	defer wg.Wait()
-	backoff := n.cfg.ReconnectMin
+	bo := backoff.Delay{Min: n.cfg.ReconnectMin, Max: n.cfg.ReconnectMax}
 	for {
 		began := time.Now()
 		err := n.session(ctx)
@@ -386,20 +388,19 @@ func (n *Node) Run(ctx context.Context) error {
 			return nil
 		}
 		if errors.Is(err, errHostOffline) {
-			backoff = n.cfg.ReconnectMin
+			bo.Reset()
 			continue // reconnect at once and wait for the host
 		}
 		if time.Since(began) > n.cfg.ReconnectMax {
-			backoff = n.cfg.ReconnectMin
+			bo.Reset()
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := bo.Next()
 		n.log.Warn("sparkplug: session ended; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, n.cfg.ReconnectMax)
 	}
 }
 
@@ -576,12 +577,7 @@ func (n *Node) onMessage(ev *events, m mqtt.Message) {
 // (with the number refused meanwhile): a publisher cannot flood the log.
 func (n *Node) refuse(msg string, args ...any) {
 	total := n.refused.Add(1)
-	now := time.Now().UnixNano()
-	last := n.refuseLogged.Load()
-	if now-last < int64(10*time.Second) || !n.refuseLogged.CompareAndSwap(last, now) {
-		return
-	}
-	n.log.Warn(msg, append(args, "refused_total", total)...)
+	n.refuseLog.Log(n.log, "refused", msg, append(args, "refused_total", total)...)
 }
 
 // parseState reads a STATE payload: Sparkplug 3.0 JSON

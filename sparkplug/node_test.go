@@ -12,6 +12,7 @@ import (
 
 	"edgegw/internal/testenv"
 	"edgegw/ringstore"
+	"edgegw/spool"
 	"edgegw/stats"
 )
 
@@ -122,7 +123,7 @@ func TestNodeSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	ring := ringstore.NewRing(1000, seq)
-	q, err := ringstore.OpenQueue(ringstore.QueueConfig{})
+	q, err := spool.Open(spool.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

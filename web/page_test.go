@@ -42,7 +42,11 @@ func TestPageIsSelfContained(t *testing.T) {
 	}
 }
 
-// chromium runs headless Chromium with the flags from PITFALLS.md plus args.
+// chromium runs headless Chromium plus args with the flags a test machine
+// needs: no sandbox (containers forbid its namespaces), no GPU, no QUIC and no
+// background traffic (only 127.0.0.1 is reachable), a scratch profile each
+// run, /tmp instead of a small /dev/shm, and a virtual-time budget so script
+// that waits on a WebSocket gets to run before the DOM is dumped.
 func chromium(t *testing.T, args ...string) []byte {
 	t.Helper()
 	bin := testenv.Need(t, "chromium")

@@ -64,14 +64,62 @@ func (c *counters) snapshot() Counters {
 type transport interface {
 	gb.Transporter
 	// fail is told about every error of a request that is not an exception,
-	// including those found after Send returned; it must be idempotent
-	// (TCP closes the stream and starts its backoff once).
+	// including those found after Send returned (by the packager's Verify,
+	// by the device's length checks); it must be idempotent (TCP closes the
+	// stream and starts its backoff once).
 	fail(err error)
+	// succeeded is told about every request whose reply passed every check
+	// (data or an exception): the link is good. Send never says so itself,
+	// since the packager may still refuse the reply.
+	succeeded()
 }
 
-// device wraps a goburrow client built from one packager (one unit) and our
-// transporter, and adds the checks goburrow lacks. Its methods are promoted
-// into TCPConn, UDPConn and RTUConn.
+// framing says where the PDU sits in an ADU: after head bytes, before tail.
+type framing struct{ head, tail int }
+
+var (
+	mbapFraming = framing{head: mbapHeader} // MBAP header, then the PDU (TCP, UDP)
+	rtuFraming  = framing{head: 1, tail: 2} // unit id, the PDU, the CRC
+)
+
+var _ gb.Packager = (*pduPackager)(nil)
+
+// pduPackager is goburrow's packager (MBAP or RTU) with the PDU checks
+// goburrow lacks: Verify runs goburrow's own (transaction, protocol and
+// unit ids; RTU length and unit), then checkPDU on the request and reply
+// PDUs, and counts a refused reply as dropped. This keeps goburrow's
+// Packager × Transporter split: a transporter moves and frames bytes (MBAP
+// length and ids, RTU length, CRC and unit) and knows no function code; the
+// packager knows PDUs and no socket. The allocation-free paths (TCPConn.Do,
+// UDPConn.Do, UDPSocket.SendRound) encode their own ADUs and call checkPDU
+// themselves, as this Verify would.
+type pduPackager struct {
+	gb.Packager
+	framing
+	cnt *counters
+}
+
+// Verify checks resp against req: goburrow's checks, then checkPDU.
+func (p *pduPackager) Verify(req, resp []byte) error {
+	if err := p.Packager.Verify(req, resp); err != nil {
+		return err
+	}
+	var err error
+	if len(req) <= p.head+p.tail || len(resp) < p.head+p.tail {
+		err = frameErr("adu of %d bytes for a request of %d", len(resp), len(req))
+	} else {
+		err = checkPDU(req[p.head:len(req)-p.tail], resp[p.head:len(resp)-p.tail])
+	}
+	if err != nil {
+		p.cnt.dropped.Add(1)
+	}
+	return err
+}
+
+// device wraps a goburrow client built from one packager (one unit, with
+// the PDU checks of pduPackager) and our transporter, and adds the request
+// checks goburrow lacks. Its methods are promoted into TCPConn, UDPConn,
+// RTUConn and TCPUnitConn.
 type device struct {
 	client gb.Client
 	tr     transport
@@ -81,16 +129,21 @@ type device struct {
 	cnt    *counters
 }
 
-func newDevice(p gb.Packager, tr transport, kind, addr string, unit uint8, cnt *counters) device {
-	return device{client: gb.NewClient2(p, tr), tr: tr, kind: kind, addr: addr, unit: unit, cnt: cnt}
+func newDevice(p gb.Packager, f framing, tr transport, kind, addr string, unit uint8, cnt *counters) device {
+	pk := &pduPackager{Packager: p, framing: f, cnt: cnt}
+	return device{client: gb.NewClient2(pk, tr), tr: tr, kind: kind, addr: addr, unit: unit, cnt: cnt}
 }
 
 // Counters returns the cumulative counters of this connection.
 func (d *device) Counters() Counters { return d.cnt.snapshot() }
 
-// wrap adds who and where: "modbus: tcp 127.0.1.3:502 unit 1: read holding 0+2: …".
+// wrap tells the transport how a failed request ended (an exception is a
+// good reply; a refused request never reached it) and adds who and where:
+// "modbus: tcp 127.0.1.3:502 unit 1: read holding 0+2: …".
 func (d *device) wrap(op string, addr, qty uint16, err error) error {
-	if _, ok := IsException(err); !ok && !errors.Is(err, ErrRequest) {
+	if _, ok := IsException(err); ok {
+		d.tr.succeeded()
+	} else if !errors.Is(err, ErrRequest) {
 		d.tr.fail(err)
 	}
 	return fmt.Errorf("modbus: %s %s unit %d: %s %d+%d: %w", d.kind, d.addr, d.unit, op, addr, qty, err)
@@ -119,6 +172,7 @@ func (d *device) readBits(op string, fn readFn, addr, qty uint16) ([]byte, error
 	if err != nil {
 		return nil, d.wrap(op, addr, qty, err)
 	}
+	d.tr.succeeded()
 	return b, nil
 }
 
@@ -133,6 +187,7 @@ func (d *device) readRegs(op string, fn readFn, addr, qty uint16) ([]byte, error
 	if err != nil {
 		return nil, d.wrap(op, addr, qty, err)
 	}
+	d.tr.succeeded()
 	return b, nil
 }
 
@@ -167,6 +222,7 @@ func (d *device) WriteSingleCoil(addr uint16, on bool) error {
 	if _, err := d.client.WriteSingleCoil(addr, v); err != nil {
 		return d.wrap("write coil", addr, 1, err)
 	}
+	d.tr.succeeded()
 	return nil
 }
 
@@ -175,6 +231,7 @@ func (d *device) WriteSingleRegister(addr, value uint16) error {
 	if _, err := d.client.WriteSingleRegister(addr, value); err != nil {
 		return d.wrap("write register", addr, 1, err)
 	}
+	d.tr.succeeded()
 	return nil
 }
 
@@ -191,6 +248,7 @@ func (d *device) WriteMultipleRegisters(addr uint16, values []byte) error {
 	if _, err := d.client.WriteMultipleRegisters(addr, qty, values); err != nil {
 		return d.wrap("write registers", addr, qty, err)
 	}
+	d.tr.succeeded()
 	return nil
 }
 

@@ -1,7 +1,8 @@
 // Package modbus owns the Modbus protocol for edgegw: PDU checks the goburrow
-// client lacks (quantity limits, reply length vs quantity, write echoes),
-// MBAP and RTU framing on top of goburrow's packagers, the RTU CRC, and the
-// transports plugged into goburrow's NewClient2(packager, transporter): TCP
+// client lacks (quantity limits, reply length vs quantity, write echoes) in
+// a packager wrapping goburrow's (pduPackager: its Verify), MBAP and RTU
+// framing and the RTU CRC in the transporters, and the transporters plugged
+// into goburrow's NewClient2(packager, transporter): TCP
 // with backoff reconnects (one stream per device, or one TCPPort shared by
 // the units behind a TCP→RTU gateway), UDP over one shared socket with transaction-id
 // matching, RTU on a serial line and RTU over a TCP stream.
@@ -28,7 +29,8 @@
 //
 // It never schedules polls, decodes register values into tags, retries a
 // request or keeps statistics beyond the cumulative Counters of each
-// connection (and of the UDP socket); it imports no project package.
+// connection (and of the UDP socket); of the project it imports only
+// internal/backoff (the reconnect delays).
 //
 // Concurrency: the methods of one per-device connection (TCPConn, UDPConn,
 // RTUConn) are called from ONE goroutine, the device's or the bus's poller;

@@ -46,9 +46,11 @@ func FuzzRTUFrame(f *testing.F) {
 		if n != want || crc16(fr[:n-2]) != uint16(fr[n-2])|uint16(fr[n-1])<<8 {
 			t.Fatalf("accepted frame % x: length %d want %d or bad crc", fr, n, want)
 		}
-		// checkRTU against a matching request never panics
+		// checkRTU and the packager's checks against a matching request
+		// never panic
 		req := rtuFrame(fr[0], []byte{fr[1] & 0x7F, 0, 0, 0, 1})
 		_ = checkRTU(req, fr)
+		_ = (&pduPackager{Packager: gb.NewRTUClientHandler(""), framing: rtuFraming, cnt: &counters{}}).Verify(req, fr)
 	})
 }
 
@@ -119,6 +121,9 @@ func BenchmarkMBAPEncodeDecode(b *testing.B) {
 		req, _ := p.Encode(pdu)
 		binary.BigEndian.PutUint16(resp, binary.BigEndian.Uint16(req))
 		if err := checkMBAP(req, resp); err != nil {
+			b.Fatal(err)
+		}
+		if err := checkPDU(req[mbapHeader:], resp[mbapHeader:]); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := p.Decode(resp); err != nil {

@@ -97,6 +97,9 @@ func (c *TCPConn) Do(r *Request) {
 	t.tid++
 	req := r.encode(t.tid, c.unit)
 	n, err := t.exchangeInto(req, r.resp[:])
+	if err == nil {
+		err = checkPDU(req[mbapHeader:], r.resp[mbapHeader:n]) // what pduPackager.Verify does on the goburrow path
+	}
 	if err != nil {
 		t.failed(err)
 		r.fail(&c.device, err)
@@ -107,7 +110,8 @@ func (c *TCPConn) Do(r *Request) {
 }
 
 // exchangeInto writes req and reads one reply frame into buf (len maxADU),
-// checked against req; it returns the frame's length.
+// its MBAP header checked against req's (checkMBAP); it returns the frame's
+// length.
 func (t *tcpTransport) exchangeInto(req, buf []byte) (int, error) {
 	conn := t.rd.conn
 	if err := conn.SetDeadline(time.Now().Add(t.timeout)); err != nil {

@@ -13,6 +13,8 @@ import (
 
 	gb "github.com/goburrow/modbus"
 	"github.com/goburrow/serial"
+
+	"edgegw/internal/backoff"
 )
 
 // RS485Config is goburrow/serial's RS-485 ioctl setting; off unless Enabled
@@ -103,7 +105,7 @@ func OpenRTU(cfg SerialConfig) (*RTUPort, error) {
 	sl := &serialLine{cfg: serial.Config{
 		Address: cfg.Path, BaudRate: cfg.Baud, DataBits: cfg.DataBits, StopBits: cfg.StopBits,
 		Parity: cfg.Parity, Timeout: tick, RS485: cfg.RS485,
-	}, cnt: &p.cnt, log: p.log, bo: backoff{min: 100 * time.Millisecond, max: 30 * time.Second}}
+	}, cnt: &p.cnt, log: p.log, bo: newGate(100*time.Millisecond, 30*time.Second)}
 	if err := sl.open(); err != nil {
 		return nil, fmt.Errorf("modbus: rtu %s: %w", cfg.Path, err)
 	}
@@ -122,7 +124,7 @@ func NewRTUOverTCP(cfg TCPConfig) *RTUPort {
 		timeout: cfg.Timeout, log: cfg.Logger.With("transport", "rtu-tcp"),
 	}
 	p.line = &tcpLine{rd: redialer{addr: cfg.Address, dialTimeout: cfg.DialTimeout, cnt: &p.cnt, log: p.log,
-		bo: backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}}}
+		bo: newGate(cfg.BackoffMin, cfg.BackoffMax)}}
 	return p
 }
 
@@ -149,7 +151,7 @@ func (p *RTUPort) Unit(u uint8, timeout time.Duration) *RTUConn {
 	t := &rtuTransport{port: p, timeout: timeout, cnt: &counters{}}
 	pk := gb.NewRTUClientHandler("")
 	pk.SlaveId = u
-	return &RTUConn{device: newDevice(pk, t, p.kind, p.addr, u, t.cnt), t: t}
+	return &RTUConn{device: newDevice(pk, rtuFraming, t, p.kind, p.addr, u, t.cnt), t: t}
 }
 
 // Counters returns this unit's counters; Reconnects are the port's.
@@ -186,8 +188,14 @@ func (t *rtuTransport) Send(req []byte) ([]byte, error) {
 		}
 		return nil, err
 	}
-	p.line.succeeded()
 	return resp, nil
+}
+
+func (t *rtuTransport) succeeded() {
+	p := t.port
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.line.succeeded()
 }
 
 func (t *rtuTransport) fail(err error) {
@@ -315,12 +323,13 @@ func readRTUFrame(read readFunc, deadline time.Time, timeout time.Duration, buf 
 	return f, nil
 }
 
-// checkRTU checks a CRC-valid reply frame against the request frame.
+// checkRTU checks a CRC-valid reply frame's unit against the request
+// frame's; the PDU is the packager's to check (pduPackager).
 func checkRTU(req, f []byte) error {
 	if f[0] != req[0] {
 		return frameErr("reply from unit %d, want %d", f[0], req[0])
 	}
-	return checkPDU(req[1:len(req)-2], f[1:len(f)-2])
+	return nil
 }
 
 // rtuLine is the byte stream under an RTUPort.
@@ -344,7 +353,7 @@ type serialLine struct {
 	cfg    serial.Config
 	cnt    *counters
 	log    *slog.Logger
-	bo     backoff
+	bo     backoff.Gate
 	port   serial.Port
 	opened bool
 	closed bool
@@ -386,11 +395,11 @@ func (l *serialLine) ensure() error {
 	if l.closed {
 		return net.ErrClosed
 	}
-	if w := l.bo.wait(time.Now()); w > 0 {
+	if w := l.bo.Wait(time.Now()); w > 0 {
 		return fmt.Errorf("%w: reopen in %v", ErrBackoff, w.Round(time.Millisecond))
 	}
 	if err := l.open(); err != nil {
-		l.bo.failed(time.Now())
+		l.bo.Failed(time.Now())
 		return err
 	}
 	return nil
@@ -441,10 +450,10 @@ func (l *serialLine) failed(err error) {
 	l.log.Warn("modbus: serial line error, reopening", "err", err)
 	_ = l.port.Close()
 	l.port = nil
-	l.bo.failed(time.Now())
+	l.bo.Failed(time.Now())
 }
 
-func (l *serialLine) succeeded() { l.bo.ok() }
+func (l *serialLine) succeeded() { l.bo.OK() }
 
 func (l *serialLine) close() error {
 	l.closed = true

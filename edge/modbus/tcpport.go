@@ -46,7 +46,7 @@ func NewTCPPort(cfg TCPConfig) *TCPPort {
 	cfg.defaults()
 	p := &TCPPort{addr: cfg.Address, timeout: cfg.Timeout}
 	p.rd = &redialer{addr: cfg.Address, dialTimeout: cfg.DialTimeout, cnt: &p.cnt,
-		log: cfg.Logger.With("transport", "tcp"), bo: backoff{min: cfg.BackoffMin, max: cfg.BackoffMax}}
+		log: cfg.Logger.With("transport", "tcp"), bo: newGate(cfg.BackoffMin, cfg.BackoffMax)}
 	return p
 }
 
@@ -69,7 +69,7 @@ func (p *TCPPort) Unit(u uint8, timeout time.Duration) *TCPUnitConn {
 	pk := gb.NewTCPClientHandler("")
 	pk.SlaveId = u
 	pk.IdleTimeout = 0
-	return &TCPUnitConn{device: newDevice(pk, t, "tcp", p.addr, u, t.cnt), t: t}
+	return &TCPUnitConn{device: newDevice(pk, mbapFraming, t, "tcp", p.addr, u, t.cnt), t: t}
 }
 
 // Counters returns this unit's counters; Reconnects are the port's.
@@ -92,8 +92,18 @@ type sharedTCPTransport struct {
 
 // Send numbers req with the port's next transaction id (in place: the
 // packager verifies the reply against the same slice), writes it and reads
-// frames until the one answering it or the deadline.
+// frames until the one answering it or the deadline. A malformed frame is
+// counted as dropped here; a reply the packager refuses, there.
 func (t *sharedTCPTransport) Send(req []byte) ([]byte, error) {
+	resp, err := t.send(req)
+	var fe *FrameError
+	if errors.As(err, &fe) {
+		t.cnt.dropped.Add(1)
+	}
+	return resp, err
+}
+
+func (t *sharedTCPTransport) send(req []byte) ([]byte, error) {
 	p := t.port
 	if len(req) < mbapHeader+1 {
 		return nil, frameErr("request of %d bytes", len(req))
@@ -130,10 +140,13 @@ func (t *sharedTCPTransport) Send(req []byte) ([]byte, error) {
 		if err := checkMBAP(req, resp); err != nil {
 			return nil, err
 		}
-		p.timeouts = 0
-		p.rd.succeeded()
 		return resp, nil
 	}
+}
+
+func (t *sharedTCPTransport) succeeded() {
+	t.port.timeouts = 0
+	t.port.rd.succeeded()
 }
 
 // readFrame reads one MBAP frame. A timeout after part of a frame marks
@@ -161,12 +174,9 @@ func (t *sharedTCPTransport) readFrame(conn net.Conn) ([]byte, error) {
 // whether the shared stream goes.
 func (t *sharedTCPTransport) fail(err error) {
 	p := t.port
-	var fe *FrameError
 	switch {
 	case errors.Is(err, ErrBackoff):
 		return
-	case errors.As(err, &fe):
-		t.cnt.dropped.Add(1)
 	case errors.Is(err, ErrTimeout) && !p.desync:
 		if p.timeouts++; p.timeouts < MaxSharedTimeouts {
 			return

@@ -510,7 +510,7 @@ func (s *UDPSocket) Device(addr string, unit uint8, timeout time.Duration) (*UDP
 	p := gb.NewTCPClientHandler("")
 	p.SlaveId = unit
 	p.IdleTimeout = 0
-	return &UDPConn{device: newDevice(p, t, "udp", dst.String(), unit, t.cnt), t: t}, nil
+	return &UDPConn{device: newDevice(p, mbapFraming, t, "udp", dst.String(), unit, t.cnt), t: t}, nil
 }
 
 // Close detaches the device from the socket (the socket stays open). When
@@ -601,3 +601,5 @@ func (t *udpTransport) Send(req []byte) ([]byte, error) {
 }
 
 func (t *udpTransport) fail(error) {}
+
+func (t *udpTransport) succeeded() {}

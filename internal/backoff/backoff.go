@@ -29,6 +29,39 @@ func (b *Delay) Next() time.Duration {
 // Reset starts over from Min.
 func (b *Delay) Reset() { b.cur = 0 }
 
+// Gate is a Delay with the time before which no attempt may be made (a
+// dial, a port's reopen): Failed starts the next wait, Wait says what is
+// left of it, OK opens the gate and starts the delays over. After the n-th
+// consecutive failure the wait is a random time in [d/2, d] with
+// d = min(Max, Min·2^(n-1)).
+type Gate struct {
+	Delay
+	Failures int       // consecutive failures since the last OK
+	Until    time.Time // no attempt before it (zero: go ahead)
+}
+
+// Failed counts a failure at now and returns the wait it starts.
+func (g *Gate) Failed(now time.Time) time.Duration {
+	g.Failures++
+	d := g.Next()
+	g.Until = now.Add(d)
+	return d
+}
+
+// Wait is how long the caller must still wait at now (0: go ahead).
+func (g *Gate) Wait(now time.Time) time.Duration {
+	if now.Before(g.Until) {
+		return g.Until.Sub(now)
+	}
+	return 0
+}
+
+// OK opens the gate after a success: the next failure waits Min again.
+func (g *Gate) OK() {
+	g.Reset()
+	g.Failures, g.Until = 0, time.Time{}
+}
+
 // Log writes one line per key at most once per Every, with the number of
 // lines it left out since the last one ("suppressed"). A flood of events
 // costs a map lookup each, never a log line each. Keys are few and fixed

@@ -89,3 +89,28 @@ func TestStateOneLinePerChange(t *testing.T) {
 		t.Fatalf("%d lines:\n%s", count(&b), b.String())
 	}
 }
+
+func TestGate(t *testing.T) {
+	g := Gate{Delay: Delay{Min: 100 * time.Millisecond, Max: 400 * time.Millisecond}}
+	now := time.Unix(1000, 0)
+	if w := g.Wait(now); w != 0 {
+		t.Fatalf("closed before any failure: %v", w)
+	}
+	for i, d := range []time.Duration{100, 200, 400, 400} {
+		d *= time.Millisecond
+		w := g.Failed(now)
+		if w < d/2 || w > d || g.Wait(now) != w || g.Failures != i+1 {
+			t.Fatalf("failure %d: wait %v (want in [%v, %v]), Wait %v, Failures %d", i+1, w, d/2, d, g.Wait(now), g.Failures)
+		}
+		if g.Wait(now.Add(w)) != 0 || g.Wait(now.Add(w/2)) != w-w/2 {
+			t.Fatalf("failure %d: not open at the end of its wait", i+1)
+		}
+	}
+	g.OK()
+	if g.Wait(now) != 0 || g.Failures != 0 {
+		t.Fatalf("after OK: wait %v, failures %d", g.Wait(now), g.Failures)
+	}
+	if w := g.Failed(now); w > 100*time.Millisecond {
+		t.Fatalf("after OK the first wait is %v, want at most Min", w)
+	}
+}

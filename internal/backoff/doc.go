@@ -1,12 +1,16 @@
 // Package backoff owns what must slow down when something keeps failing:
 // the delay before the next retry (Delay: exponential with jitter, reset on
-// success) and the log lines about it (Log: a keyed throttle that counts
-// what it leaves out; State: one line when a state changes, a repeat count
-// at most once per interval while it stays).
+// success; Gate: a Delay with the time before which no attempt may be made)
+// and the log lines about it (Log: a keyed throttle that counts what it
+// leaves out; State: one line when a state changes, a repeat count at most
+// once per interval while it stays). Every retry delay and log throttle of
+// the gateway is one of these: push's reconnects and logs, web's logs,
+// edge's reopening of transports and edge/modbus's redials and reopens.
 //
 // It never sleeps, starts no goroutine and never decides whether to retry:
-// callers keep their loops. (edge/modbus keeps its own poll backoff.)
+// callers keep their loops. It imports nothing of the project.
 //
 // Concurrency: Log and State are safe for concurrent use (one mutex each;
-// the log call happens outside it). Delay is owned by one goroutine.
+// the log call happens outside it). Delay and Gate are owned by one
+// goroutine (or used under their owner's lock).
 package backoff

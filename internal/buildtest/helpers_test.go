@@ -116,7 +116,7 @@ func buildFlags(out string) []string {
 
 // gatewayFlags mirror GWFLAGS in the Makefile: the release gateway binary
 // leaves the lab out and inlines only on the hot paths.
-var gatewayFlags = strings.Fields(`-tags nolab -gcflags=all=-l -gcflags=runtime/...= -gcflags=internal/...= -gcflags=sync/...= -gcflags=time= -gcflags=net= -gcflags=syscall= -gcflags=os= -gcflags=io= -gcflags=bufio= -gcflags=bytes= -gcflags=strings= -gcflags=strconv= -gcflags=errors= -gcflags=context= -gcflags=math/bits= -gcflags=unicode/utf8= -gcflags=slices= -gcflags=sort= -gcflags=edgegw/edge/...= -gcflags=edgegw/ringstore= -gcflags=edgegw/web= -gcflags=edgegw/push= -gcflags=edgegw/stats= -gcflags=github.com/gorilla/websocket= -gcflags=github.com/goburrow/...=`)
+var gatewayFlags = strings.Fields(`-tags nolab -gcflags=all=-l -gcflags=runtime/...= -gcflags=internal/...= -gcflags=sync/...= -gcflags=time= -gcflags=net= -gcflags=syscall= -gcflags=os= -gcflags=io= -gcflags=bufio= -gcflags=bytes= -gcflags=strings= -gcflags=strconv= -gcflags=errors= -gcflags=context= -gcflags=math/bits= -gcflags=unicode/utf8= -gcflags=slices= -gcflags=sort= -gcflags=edgegw/edge/...= -gcflags=edgegw/ringstore= -gcflags=edgegw/spool= -gcflags=edgegw/web= -gcflags=edgegw/push= -gcflags=edgegw/stats= -gcflags=github.com/gorilla/websocket= -gcflags=github.com/goburrow/...=`)
 
 // gatewayBuildFlags are buildFlags with gatewayFlags after "build".
 func gatewayBuildFlags(out string) []string {

@@ -4,40 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"time"
+
+	"edgegw/internal/backoff"
 )
 
-// backoff is a jittered exponential delay: after the n-th consecutive
-// failure the next attempt waits a random time in [d/2, d] with
-// d = min(max, min·2^(n-1)). ok resets it.
-type backoff struct {
-	min, max time.Duration
-	failures int
-	until    time.Time
-}
-
-func (b *backoff) failed(now time.Time) time.Duration {
-	b.failures++
-	d := b.min
-	for i := 1; i < b.failures && d < b.max; i++ {
-		d *= 2
-	}
-	d = min(d, b.max)
-	d = d/2 + rand.N(d/2+1)
-	b.until = now.Add(d)
-	return d
-}
-
-func (b *backoff) ok() { b.failures, b.until = 0, time.Time{} }
-
-// wait is how long the caller must still wait (0: go ahead).
-func (b *backoff) wait(now time.Time) time.Duration {
-	if now.Before(b.until) {
-		return b.until.Sub(now)
-	}
-	return 0
+// newGate is the reconnect backoff of a stream or port: the n-th
+// consecutive failure waits a random time in [d/2, d], d = min(max, min·2^(n-1)).
+func newGate(min, max time.Duration) backoff.Gate {
+	return backoff.Gate{Delay: backoff.Delay{Min: min, Max: max}}
 }
 
 // redialer owns one TCP stream to addr: dial on first use, close on any
@@ -54,7 +30,7 @@ type redialer struct {
 	cnt         *counters
 
 	conn   net.Conn
-	bo     backoff
+	bo     backoff.Gate
 	dialed bool // a dial has succeeded before: the next one is a reconnect
 	good   bool // the current stream has carried a good reply
 	free   bool // closed after good replies: the next dial needs no backoff
@@ -66,7 +42,7 @@ func (r *redialer) get() (net.Conn, error) {
 		return r.conn, nil
 	}
 	now := time.Now()
-	if w := r.bo.wait(now); w > 0 {
+	if w := r.bo.Wait(now); w > 0 {
 		return nil, fmt.Errorf("%w: next dial in %v", ErrBackoff, w.Round(time.Millisecond))
 	}
 	d := net.Dialer{
@@ -91,10 +67,10 @@ func (r *redialer) get() (net.Conn, error) {
 // succeeded resets the backoff after a good reply.
 func (r *redialer) succeeded() {
 	if r.down {
-		r.log.Info("modbus: connection back", "addr", r.addr, "failures", r.bo.failures)
+		r.log.Info("modbus: connection back", "addr", r.addr, "failures", r.bo.Failures)
 		r.down = false
 	}
-	r.bo.ok()
+	r.bo.OK()
 	r.good = true
 }
 
@@ -110,10 +86,10 @@ func (r *redialer) failed(err error) {
 			r.log.Debug("modbus: stream failed after good replies; redialling at once", "addr", r.addr, "err", err)
 			return
 		}
-	} else if r.free || r.bo.until.After(time.Now()) {
+	} else if r.free || r.bo.Until.After(time.Now()) {
 		return // this failure was already handled
 	}
-	d := r.bo.failed(time.Now())
+	d := r.bo.Failed(time.Now())
 	if !r.down {
 		r.log.Warn("modbus: connection down", "addr", r.addr, "err", err, "retry_in", d)
 		r.down = true

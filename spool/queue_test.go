@@ -1,4 +1,4 @@
-package ringstore
+package spool
 
 import (
 	"bytes"
@@ -22,14 +22,15 @@ import (
 	"time"
 
 	"edgegw/internal/testenv"
+	"edgegw/ringstore"
 )
 
 // mkBatch makes one poll of device d: n tags, consecutive seqs from first.
-func mkBatch(first uint64, d, n int) []Sample {
-	b := make([]Sample, n)
+func mkBatch(first uint64, d, n int) []ringstore.Sample {
+	b := make([]ringstore.Sample, n)
 	for i := range b {
 		seq := first + uint64(i)
-		b[i] = Sample{Seq: seq, Device: fmt.Sprintf("logger-%02d", d), Tag: fmt.Sprintf("tag-%d", i),
+		b[i] = ringstore.Sample{Seq: seq, Device: fmt.Sprintf("logger-%02d", d), Tag: fmt.Sprintf("tag-%d", i),
 			Value: float64(seq%1000) / 10, TS: 1764450000000000 + int64(seq/uint64(n))*1000}
 	}
 	return b
@@ -46,9 +47,9 @@ func appendN(q *Queue, from, n uint64) {
 	}
 }
 
-func peekAll(t *testing.T, q *Queue) []Sample {
+func peekAll(t *testing.T, q *Queue) []ringstore.Sample {
 	t.Helper()
-	var all []Sample
+	var all []ringstore.Sample
 	after := uint64(0)
 	for {
 		b := q.PeekAfter(after, 333, nil)
@@ -60,7 +61,7 @@ func peekAll(t *testing.T, q *Queue) []Sample {
 	}
 }
 
-func checkSeqs(t *testing.T, got []Sample, from, to uint64) {
+func checkSeqs(t *testing.T, got []ringstore.Sample, from, to uint64) {
 	t.Helper()
 	if uint64(len(got)) != to-from+1 {
 		t.Fatalf("got %d samples, want %d (%d..%d)", len(got), to-from+1, from, to)
@@ -72,9 +73,12 @@ func checkSeqs(t *testing.T, got []Sample, from, to uint64) {
 	}
 }
 
-func openQ(t *testing.T, cfg QueueConfig) *Queue {
+// diskOf is q's disk store, for a test's fault or look inside.
+func diskOf(q *Queue) *diskStore { return q.st.(*diskStore) }
+
+func openQ(t *testing.T, cfg Config) *Queue {
 	t.Helper()
-	q, err := OpenQueue(cfg)
+	q, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +86,7 @@ func openQ(t *testing.T, cfg QueueConfig) *Queue {
 }
 
 // runQ runs the writer until the test ends (or stop is called).
-func runQ(t *testing.T, q *Queue) (stop func()) {
+func runQ(t testing.TB, q *Queue) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- q.Run(ctx) }()
@@ -106,13 +110,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestQueueRecordRoundTrip(t *testing.T) {
-	in := []Sample{
+	in := []ringstore.Sample{
 		{Seq: 1 << 40, Device: "a", Tag: "t0", Value: 21.5, TS: 1764450000123456},
 		{Seq: 1<<40 + 1, Device: "a", Tag: "t1", Value: -3, TS: 1764450000123456},
 		{Seq: 1<<40 + 2, Device: "bb", Tag: "t2", Value: 1, Bool: true, TS: 1764450000123000},
-		{Seq: 1<<40 + 3, Device: "bb", Tag: "", Value: math.NaN(), Quality: Timeout, TS: 0},
-		{Seq: 1<<40 + 4, Device: "", Tag: "x\"y", Value: 0.1, Quality: Stale, TS: -5},
-		{Seq: 1<<40 + 5, Device: "c", Tag: "z", Value: math.Copysign(0, -1), Quality: Error, TS: 7},
+		{Seq: 1<<40 + 3, Device: "bb", Tag: "", Value: math.NaN(), Quality: ringstore.Timeout, TS: 0},
+		{Seq: 1<<40 + 4, Device: "", Tag: "x\"y", Value: 0.1, Quality: ringstore.Stale, TS: -5},
+		{Seq: 1<<40 + 5, Device: "c", Tag: "z", Value: math.Copysign(0, -1), Quality: ringstore.Error, TS: 7},
 		{Seq: 1<<40 + 6, Device: "c", Tag: "big", Value: 1 << 60, TS: 7},
 		{Seq: 1<<40 + 7, Device: "c", Tag: "inf", Value: math.Inf(-1), TS: 7},
 		{Seq: 1<<40 + 8, Device: "c", Tag: "dec", Value: 48.2, TS: 8},
@@ -158,7 +162,7 @@ func TestQueueRecordRoundTrip(t *testing.T) {
 
 func TestQueueRecordValuesExact(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(1, 2))
-	in := make([]Sample, 0, 256)
+	in := make([]ringstore.Sample, 0, 256)
 	for round := 0; round < 400; round++ {
 		in = in[:0]
 		for i := 0; i < 256; i++ {
@@ -173,7 +177,7 @@ func TestQueueRecordValuesExact(t *testing.T) {
 			default:
 				v = rnd.NormFloat64() * 1e6
 			}
-			in = append(in, Sample{Seq: uint64(1000 + i), Device: "d", Tag: "t", Value: v, TS: rnd.Int64N(1 << 52)})
+			in = append(in, ringstore.Sample{Seq: uint64(1000 + i), Device: "d", Tag: "t", Value: v, TS: rnd.Int64N(1 << 52)})
 		}
 		out, err := decodeRecord(appendRecord(nil, in), 0, 256, nil, nil)
 		if err != nil {
@@ -191,10 +195,34 @@ func TestQueueRecordValuesExact(t *testing.T) {
 	}
 }
 
+// A string sample survives the durable queue's codec, and so does the
+// float32 kind.
+func TestRecordKindsRoundTrip(t *testing.T) {
+	text := "Firmware 2.1 ä"
+	in := []ringstore.Sample{
+		{Seq: 1, Device: "d", Tag: "sn", Kind: ringstore.KindString, Text: &text, TS: 5},
+		{Seq: 2, Device: "d", Tag: "f", Kind: ringstore.KindFloat32, Value: float64(float32(123.456)), TS: 5},
+		{Seq: 3, Device: "d", Tag: "e", Kind: ringstore.KindString, Quality: ringstore.Error, TS: 5},
+		{Seq: 4, Device: "d", Tag: "q", Value: 2, Quality: ringstore.Stale, TS: 5},
+	}
+	out, err := decodeRecord(appendRecord(nil, in), 0, 10, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range in {
+		if a, b := string(in[i].AppendJSON(nil)), string(out[i].AppendJSON(nil)); a != b {
+			t.Errorf("queue codec: %s came back as %s", a, b)
+		}
+		if in[i].Kind != out[i].Kind || in[i].Quality != out[i].Quality {
+			t.Errorf("queue codec: kind/quality %v/%v came back as %v/%v", in[i].Kind, in[i].Quality, out[i].Kind, out[i].Quality)
+		}
+	}
+}
+
 // FuzzDecodeRecord: whatever a damaged disk holds, the reader never panics.
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(appendRecord(nil, mkBatch(7, 1, 3))[recordHeader:])
-	f.Add(appendRecord(nil, []Sample{{Seq: 1, Value: 48.2}, {Seq: 2, Value: math.NaN(), Bool: true}})[recordHeader:])
+	f.Add(appendRecord(nil, []ringstore.Sample{{Seq: 1, Value: 48.2}, {Seq: 2, Value: math.NaN(), Bool: true}})[recordHeader:])
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		// a valid header and CRC around any payload: the decoder itself is fuzzed
 		b := binary.LittleEndian.AppendUint32(nil, uint32(len(payload)))
@@ -209,7 +237,7 @@ func FuzzDecodeRecord(f *testing.F) {
 
 func TestQueueReopen(t *testing.T) {
 	dir := t.TempDir()
-	cfg := QueueConfig{Dir: dir, SegmentBytes: 4 << 10}
+	cfg := Config{Dir: dir, SegmentBytes: 4 << 10}
 	q := openQ(t, cfg)
 	appendN(q, 1, 1000)
 	if err := q.Close(); err != nil { // close without ack and without Run: Close writes
@@ -257,7 +285,7 @@ func TestQueueReopen(t *testing.T) {
 
 func TestQueueTornTail(t *testing.T) {
 	dir := t.TempDir()
-	cfg := QueueConfig{Dir: dir, SegmentBytes: 1 << 20}
+	cfg := Config{Dir: dir, SegmentBytes: 1 << 20}
 	q := openQ(t, cfg)
 	stop := runQ(t, q)
 	for s := uint64(1); s <= 100; s += 4 { // 25 records of 4 samples, one per write
@@ -291,7 +319,7 @@ func TestQueueTornTail(t *testing.T) {
 	waitFor(t, "write", func() bool { return q.Stats().Unwritten == 0 })
 	stop()
 	q.Close()
-	q = openQ(t, QueueConfig{Dir: dir})
+	q = openQ(t, Config{Dir: dir})
 	defer q.Close()
 	got := peekAll(t, q)
 	if len(got) != 100 || got[95].Seq != 96 || got[96].Seq != 101 {
@@ -342,7 +370,7 @@ func checkDrops(t *testing.T, q *Queue, from, to uint64) {
 }
 
 func TestQueueDropOldestDisk(t *testing.T) {
-	q := openQ(t, QueueConfig{Dir: t.TempDir(), MaxBytes: 32 << 10, SegmentBytes: 4 << 10, Fsync: FsyncNever})
+	q := openQ(t, Config{Dir: t.TempDir(), MaxBytes: 32 << 10, SegmentBytes: 4 << 10, Fsync: FsyncNever})
 	stop := runQ(t, q)
 	for s := uint64(1); s <= 20000; s += 200 {
 		appendN(q, s, 200)
@@ -362,7 +390,7 @@ func TestQueueDropOldestDisk(t *testing.T) {
 }
 
 func TestQueueDropOldestMemory(t *testing.T) {
-	q := openQ(t, QueueConfig{MaxBytes: 100 * (64 + 9 + 5)}) // room for 100 samples
+	q := openQ(t, Config{MaxBytes: 100 * (64 + 9 + 5)}) // room for 100 samples
 	appendN(q, 1, 1000)
 	q.Ack(10)
 	checkDrops(t, q, 1, 1000)
@@ -379,15 +407,13 @@ func TestQueueDropOldestMemory(t *testing.T) {
 func TestQueueDiskFailsKeepsToMemory(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "q")
-	q := openQ(t, QueueConfig{Dir: dir, MaxBytes: 64 << 10, Fsync: FsyncNever})
+	q := openQ(t, Config{Dir: dir, MaxBytes: 64 << 10, Fsync: FsyncNever})
 	runQ(t, q)
 	appendN(q, 1, 4)
 	if st := q.Stats(); st.Unwritten != 0 || st.Mode != "disk" {
 		t.Fatalf("append did not write at once: %+v", st)
 	}
-	q.wmu.Lock()
-	q.closeActive() // the next write must open a new segment…
-	q.wmu.Unlock()
+	diskOf(q).close()                                   // the next write must open a new segment…
 	if err := os.Rename(dir, dir+".away"); err != nil { // …which now fails:
 		t.Fatal(err)
 	}
@@ -433,9 +459,9 @@ func TestQueueDiskFailsKeepsToMemory(t *testing.T) {
 func TestQueueRingConsumer(t *testing.T) {
 	for _, dir := range []string{"", t.TempDir()} {
 		t.Run(fmt.Sprintf("disk=%v", dir != ""), func(t *testing.T) {
-			seq, _ := OpenSequence("")
-			ring := NewRing(50, seq)
-			q := openQ(t, QueueConfig{Dir: dir, SegmentBytes: 16 << 10})
+			seq, _ := ringstore.OpenSequence("")
+			ring := ringstore.NewRing(50, seq)
+			q := openQ(t, Config{Dir: dir, SegmentBytes: 16 << 10})
 			defer q.Close()
 			ring.OnAppend(q.HandOff)
 			ring.AfterAppend(q.Persist)
@@ -453,7 +479,7 @@ func TestQueueRingConsumer(t *testing.T) {
 				}()
 			}
 			total := polls * producers * 3
-			var got []Sample
+			var got []ringstore.Sample
 			after := uint64(0)
 			var inflight []uint64
 			deadline := time.After(20 * time.Second)
@@ -487,7 +513,7 @@ func TestQueueRingConsumer(t *testing.T) {
 }
 
 func TestQueueBadConfig(t *testing.T) {
-	if _, err := OpenQueue(QueueConfig{Fsync: "sometimes"}); err == nil || !strings.HasPrefix(err.Error(), "ringstore: queue:") {
+	if _, err := Open(Config{Fsync: "sometimes"}); err == nil || !strings.HasPrefix(err.Error(), "spool:") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -511,6 +537,10 @@ func TestQueueSIGKILL(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			// A helper that hangs is killed: the read below then ends
+			// and the test fails instead of hanging.
+			hung := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+			defer hung.Stop()
 			buf := make([]byte, 4096)
 			var seen string
 			for strings.Count(seen, "appended ") < 50 {
@@ -537,7 +567,7 @@ func TestQueueSIGKILL(t *testing.T) {
 					}
 				}
 			}
-			q := openQ(t, QueueConfig{Dir: dir})
+			q := openQ(t, Config{Dir: dir})
 			defer q.Close()
 			got := peakAllFrom(t, q)
 			// everything appended is there (Append writes into the page
@@ -551,7 +581,7 @@ func TestQueueSIGKILL(t *testing.T) {
 	}
 }
 
-func peakAllFrom(t *testing.T, q *Queue) []Sample { return peekAll(t, q) }
+func peakAllFrom(t *testing.T, q *Queue) []ringstore.Sample { return peekAll(t, q) }
 
 // TestHelperProcess is the child of TestQueueSIGKILL.
 func TestHelperProcess(t *testing.T) {
@@ -559,24 +589,19 @@ func TestHelperProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("only run by TestQueueSIGKILL")
 	}
-	q, err := OpenQueue(QueueConfig{Dir: dir, SegmentBytes: 8 << 10, Fsync: os.Getenv("EDGEGW_QUEUE_FSYNC"), FsyncInterval: time.Millisecond})
+	q, err := Open(Config{Dir: dir, SegmentBytes: 8 << 10, Fsync: os.Getenv("EDGEGW_QUEUE_FSYNC"), FsyncInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	go q.Run(context.Background()) //nolint: the process is SIGKILLed
 	appendN(q, 1, 2000)
 	q.Ack(100)
-	for q.Stats().Unwritten != 0 || q.Stats().Acked != 100 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the samples written and 100 acked", func() bool { st := q.Stats(); return st.Unwritten == 0 && st.Acked == 100 })
 	// the ack mark is saved by the writer within FsyncInterval; wait for it
-	for {
+	waitFor(t, "the ack mark saved", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, ackFile))
-		if strings.TrimSpace(string(b)) == "100" {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return strings.TrimSpace(string(b)) == "100"
+	})
 	fmt.Printf("written %d\n", 2000)
 	for s := uint64(2001); ; s += 2 { // until killed
 		q.Append(mkBatch(s, 1, 2))
@@ -584,57 +609,68 @@ func TestHelperProcess(t *testing.T) {
 	}
 }
 
+// appendPolls resets the timer and appends b.N 2-tag polls (HandOff,
+// then Persist, as the ring does), calling each after every one.
+func appendPolls(b *testing.B, q *Queue, each func(i int, last uint64)) {
+	batch := mkBatch(1, 1, 2)
+	b.ReportAllocs()
+	b.ResetTimer()
+	seq := uint64(1)
+	for i := 0; i < b.N; i++ {
+		batch[0].Seq, batch[1].Seq = seq, seq+1
+		seq += 2
+		q.HandOff(batch)
+		q.Persist(seq - 1)
+		each(i, seq-1)
+	}
+}
+
 func BenchmarkQueueAppendRun(b *testing.B) {
 	for _, policy := range []string{FsyncNever, FsyncBatched} {
 		b.Run(policy, func(b *testing.B) {
 			dir := b.TempDir()
-			q, err := OpenQueue(QueueConfig{Dir: dir, Fsync: policy, MaxBytes: 1 << 30})
+			q, err := Open(Config{Dir: dir, Fsync: policy, MaxBytes: 1 << 30})
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error)
-			go func() { done <- q.Run(ctx) }()
-			batch := mkBatch(1, 1, 2)
-			b.ReportAllocs()
-			b.ResetTimer()
-			seq := uint64(1)
-			for i := 0; i < b.N; i++ {
-				batch[0].Seq, batch[1].Seq = seq, seq+1
-				seq += 2
-				q.Append(batch)
+			stop := runQ(b, q)
+			appendPolls(b, q, func(i int, _ uint64) {
 				for i%1024 == 0 && q.Stats().Unwritten > 1<<15 {
 					time.Sleep(10 * time.Microsecond)
 				}
-			}
+			})
 			for q.Stats().Unwritten > 0 {
 				time.Sleep(10 * time.Microsecond)
 			}
 			b.StopTimer()
-			cancel()
-			<-done
+			stop()
 			q.Close()
-			var size int64
-			files, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
-			for _, f := range files {
-				fi, _ := os.Stat(f)
-				size += fi.Size()
-			}
-			b.ReportMetric(float64(size)/float64(2*b.N), "disk-B/sample")
+			reportDiskBytes(b, dir, 2*b.N)
 		})
 	}
 }
 
+// reportDiskBytes reports the segment files' bytes per sample written.
+func reportDiskBytes(b *testing.B, dir string, samples int) {
+	var size int64
+	files, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+	for _, f := range files {
+		fi, _ := os.Stat(f)
+		size += fi.Size()
+	}
+	b.ReportMetric(float64(size)/float64(samples), "disk-B/sample")
+}
+
 func BenchmarkQueuePeekDisk(b *testing.B) {
-	q, err := OpenQueue(QueueConfig{Dir: b.TempDir(), MaxBytes: 1 << 30})
+	q, err := Open(Config{Dir: b.TempDir(), MaxBytes: 1 << 30})
 	if err != nil {
 		b.Fatal(err)
 	}
 	appendN(q, 1, 100000)
 	q.Close()
-	q, _ = OpenQueue(QueueConfig{Dir: q.cfg.Dir, MaxBytes: 1 << 30})
+	q, _ = Open(Config{Dir: q.cfg.Dir, MaxBytes: 1 << 30})
 	defer q.Close()
-	dst := make([]Sample, 0, 500)
+	dst := make([]ringstore.Sample, 0, 500)
 	b.ReportAllocs()
 	b.ResetTimer()
 	after := uint64(0)
@@ -658,18 +694,16 @@ func BenchmarkQueueDiskBytes(b *testing.B) {
 	for _, low := range []bool{false, true} {
 		b.Run(fmt.Sprintf("one-poll-per-record=%v", low), func(b *testing.B) {
 			dir := b.TempDir()
-			q, err := OpenQueue(QueueConfig{Dir: dir, Fsync: FsyncNever, MaxBytes: 1 << 30})
+			q, err := Open(Config{Dir: dir, Fsync: FsyncNever, MaxBytes: 1 << 30})
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error)
-			go func() { done <- q.Run(ctx) }()
+			stop := runQ(b, q)
 			seq := uint64(1795987408427661)
 			ts := int64(1764450000000000)
 			for i := 0; i < b.N; i++ {
 				d := fmt.Sprintf("logger-%02d", i%48)
-				q.Append([]Sample{{Seq: seq, Device: d, Tag: "temperature", Value: 21.5 + float64(i%9)/10, TS: ts},
+				q.Append([]ringstore.Sample{{Seq: seq, Device: d, Tag: "temperature", Value: 21.5 + float64(i%9)/10, TS: ts},
 					{Seq: seq + 1, Device: d, Tag: "humidity", Value: 40.1 + float64(i%13)/10, TS: ts}})
 				seq += 2
 				ts += 20833
@@ -680,16 +714,9 @@ func BenchmarkQueueDiskBytes(b *testing.B) {
 			for q.Stats().Unwritten > 0 {
 				time.Sleep(10 * time.Microsecond)
 			}
-			cancel()
-			<-done
+			stop()
 			q.Close()
-			var size int64
-			files, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
-			for _, f := range files {
-				fi, _ := os.Stat(f)
-				size += fi.Size()
-			}
-			b.ReportMetric(float64(size)/float64(2*b.N), "disk-B/sample")
+			reportDiskBytes(b, dir, 2*b.N)
 		})
 	}
 }
@@ -698,7 +725,7 @@ func BenchmarkQueueDiskBytes(b *testing.B) {
 // restart's skip is kept until its jump is acknowledged.
 func TestQueueEpochsAndSkips(t *testing.T) {
 	dir := t.TempDir()
-	q := openQ(t, QueueConfig{Dir: dir})
+	q := openQ(t, Config{Dir: dir})
 	b1 := mkBatch(1, 1, 4)
 	for i := range b1 {
 		b1[i].Epoch = 0xaaaa000000000001
@@ -714,7 +741,7 @@ func TestQueueEpochsAndSkips(t *testing.T) {
 	}
 	q.Resume(0xbbbb000000000002, 100, true)
 	q.Close()
-	q = openQ(t, QueueConfig{Dir: dir})
+	q = openQ(t, Config{Dir: dir})
 	got := peekAll(t, q)
 	checkSeqs(t, got, 1, 8)
 	for i, s := range got {
@@ -726,7 +753,7 @@ func TestQueueEpochsAndSkips(t *testing.T) {
 			t.Fatalf("sample %d: epoch %x, want %x", i, s.Epoch, want)
 		}
 	}
-	want := []Skip{{Epoch: 0xbbbb000000000002, First: 9, Last: 99}}
+	want := []ringstore.Skip{{Epoch: 0xbbbb000000000002, First: 9, Last: 99}}
 	if k := q.Skips(0xbbbb000000000002, 8, 100); !slices.Equal(k, want) {
 		t.Fatalf("skips after reopen %v, want %v", k, want)
 	}
@@ -743,7 +770,7 @@ func TestQueueEpochsAndSkips(t *testing.T) {
 	}
 	q.Ack(100)
 	q.Close()
-	q = openQ(t, QueueConfig{Dir: dir})
+	q = openQ(t, Config{Dir: dir})
 	defer q.Close()
 	if k := q.Skips(0xbbbb000000000002, 8, 100); len(k) != 0 {
 		t.Fatalf("skip kept after its jump was acknowledged: %v", k)
@@ -755,8 +782,8 @@ func TestQueueEpochsAndSkips(t *testing.T) {
 // everything once the fault clears.
 func TestQueueTransientReadFailureDeletesNothing(t *testing.T) {
 	dir := t.TempDir()
-	q := openQ(t, QueueConfig{Dir: dir, SegmentBytes: 16 << 10, Fsync: FsyncNever})
-	const n = 3 * queueCacheSamples // older samples are on disk only
+	q := openQ(t, Config{Dir: dir, SegmentBytes: 16 << 10, Fsync: FsyncNever})
+	const n = 3 * cacheSamples // older samples are on disk only
 	appendN(q, 1, n)
 	files := func() int {
 		m, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
@@ -765,8 +792,8 @@ func TestQueueTransientReadFailureDeletesNothing(t *testing.T) {
 	before := files()
 	var fail sync.Map
 	fail.Store("on", true)
-	q.rmu.Lock()
-	q.open = func(path string) (*os.File, error) {
+	q.rmu.Lock() // the store's reader runs under it
+	diskOf(q).open = func(path string) (*os.File, error) {
 		if _, on := fail.Load("on"); on {
 			return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EIO}
 		}
@@ -791,7 +818,7 @@ func TestQueueTransientReadFailureDeletesNothing(t *testing.T) {
 // after it in the same segment are kept.
 func TestQueueCorruptRecordSkipped(t *testing.T) {
 	dir := t.TempDir()
-	q := openQ(t, QueueConfig{Dir: dir, Fsync: FsyncNever})
+	q := openQ(t, Config{Dir: dir, Fsync: FsyncNever})
 	for s := uint64(1); s <= 30; s += 10 {
 		q.Append(mkBatch(s, 1, 10)) // one record each
 	}
@@ -809,7 +836,7 @@ func TestQueueCorruptRecordSkipped(t *testing.T) {
 	if err := os.WriteFile(m[0], b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	q = openQ(t, QueueConfig{Dir: dir})
+	q = openQ(t, Config{Dir: dir})
 	defer q.Close()
 	got := peekAll(t, q)
 	st := q.Stats()
@@ -821,7 +848,7 @@ func TestQueueCorruptRecordSkipped(t *testing.T) {
 // A small bound with a healthy uplink (the consumer acks a few batches
 // behind) drops nothing: segments follow the bound.
 func TestQueueSmallBoundHealthyDropsNothing(t *testing.T) {
-	q := openQ(t, QueueConfig{Dir: t.TempDir(), MaxBytes: 16 << 10, Fsync: FsyncNever})
+	q := openQ(t, Config{Dir: t.TempDir(), MaxBytes: 16 << 10, Fsync: FsyncNever})
 	runQ(t, q)
 	const n = 40000
 	for s := uint64(1); s <= n; s += 2 {
@@ -835,5 +862,24 @@ func TestQueueSmallBoundHealthyDropsNothing(t *testing.T) {
 	if st.Dropped != 0 {
 		t.Fatalf("dropped %d with a healthy consumer: %+v", st.Dropped, st)
 	}
-	t.Logf("segment size %d bytes, stats %+v", q.segSize, st)
+	t.Logf("segment size %d bytes, stats %+v", diskOf(q).segSize, st)
+}
+
+// BenchmarkQueueAppendMemory: a memory queue (no data_dir) taking 2-tag
+// polls as the ring hands them over (HandOff, then Persist) with Run
+// going, acked every 1024 polls as a sender keeping up would.
+func BenchmarkQueueAppendMemory(b *testing.B) {
+	q, err := Open(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	stop := runQ(b, q)
+	appendPolls(b, q, func(i int, last uint64) {
+		if i%1024 == 1023 {
+			q.Ack(last)
+		}
+	})
+	b.StopTimer()
+	stop()
+	q.Close()
 }

@@ -1,4 +1,4 @@
-package ringstore
+package spool
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+
+	"edgegw/ringstore"
 )
 
 // Segment record, as written by appendRecord and read by decodeRecord:
@@ -26,12 +28,12 @@ import (
 //	uvarint  n, the number of samples
 //	n times:
 //	  byte     flags: bits 0-1 quality, bit 2 the sample's Kind is
-//	           KindFloat32, bit 3 bool tag, bit 4 device is the
+//	           ringstore.KindFloat32, bit 3 bool tag, bit 4 device is the
 //	           previous sample's device (no device string follows),
 //	           bits 5-7 value kind: 0 zero, 1 integer (zig-zag varint),
 //	           2 decimal (a byte k, then the zig-zag varint m: value m/10^k,
 //	           k 1..4, used only when it decodes to the very same float64),
-//	           3 float32 (exact), 4 float64, 5 text (KindString: uvarint
+//	           3 float32 (exact), 4 float64, 5 text (ringstore.KindString: uvarint
 //	           len, bytes)
 //	  [uvarint len, bytes]  device (only when bit 4 is clear)
 //	  uvarint len, bytes    tag
@@ -85,7 +87,7 @@ func decimal(v float64) (k int, m int64, ok bool) {
 
 // appendRecord appends one record holding samples (consecutive seqs, one
 // epoch: samples[0]'s) to b.
-func appendRecord(b []byte, samples []Sample) []byte {
+func appendRecord(b []byte, samples []ringstore.Sample) []byte {
 	start := len(b)
 	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0)
 	b = binary.LittleEndian.AppendUint64(b, samples[0].Epoch)
@@ -95,7 +97,7 @@ func appendRecord(b []byte, samples []Sample) []byte {
 	for i := range samples {
 		s := &samples[i]
 		flags := byte(s.Quality) & 3
-		if s.Kind == KindFloat32 {
+		if s.Kind == ringstore.KindFloat32 {
 			flags |= flagFloat32
 		}
 		if s.Bool {
@@ -109,7 +111,7 @@ func appendRecord(b []byte, samples []Sample) []byte {
 		var kind byte
 		k, m, isDec := decimal(v)
 		switch {
-		case s.Kind == KindString:
+		case s.Kind == ringstore.KindString:
 			kind = kindText
 		case v == 0 && !math.Signbit(v):
 			kind = kindZero
@@ -201,7 +203,7 @@ func recordSpan(b []byte) (size int, first uint64, n int, err error) {
 // decodeRecord appends the samples of the (CRC-checked) record at the start
 // of b whose seq is > after, at most max of them, to dst.
 // names interns device and tag names (nil: allocate each).
-func decodeRecord(b []byte, after uint64, max int, dst []Sample, names map[string]string) ([]Sample, error) {
+func decodeRecord(b []byte, after uint64, max int, dst []ringstore.Sample, names map[string]string) ([]ringstore.Sample, error) {
 	lw := binary.LittleEndian.Uint32(b)
 	p := b[recordHeader : recordHeader+int(lw&^lenEpoch)]
 	var epoch uint64
@@ -288,15 +290,15 @@ func decodeRecord(b []byte, after uint64, max int, dst []Sample, names map[strin
 		if got >= max {
 			break
 		}
-		kind := KindFloat64
+		kind := ringstore.KindFloat64
 		switch {
 		case text != nil:
-			kind = KindString
+			kind = ringstore.KindString
 		case flags&flagFloat32 != 0:
-			kind = KindFloat32
+			kind = ringstore.KindFloat32
 		}
-		dst = append(dst, Sample{Seq: seq, Epoch: epoch, Device: device, Tag: tag, Value: v, Text: text, Kind: kind,
-			Bool: flags&flagBool != 0, Quality: Quality(flags & 3), TS: ts})
+		dst = append(dst, ringstore.Sample{Seq: seq, Epoch: epoch, Device: device, Tag: tag, Value: v, Text: text, Kind: kind,
+			Bool: flags&flagBool != 0, Quality: ringstore.Quality(flags & 3), TS: ts})
 		got++
 	}
 	return dst, nil

@@ -1,4 +1,4 @@
-package ringstore
+package spool
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"edgegw/ringstore"
 )
 
 // BenchmarkPollFsyncAlwaysSlowDisk: 8 pollers append 2-tag polls to a ring
@@ -19,18 +21,18 @@ import (
 // waits before its next window) and the reader's p99 (what a slow disk
 // costs local clients).
 func BenchmarkPollFsyncAlwaysSlowDisk(b *testing.B) {
-	seq, _ := OpenSequence("")
-	ring := NewRing(1000, seq)
+	seq, _ := ringstore.OpenSequence("")
+	ring := ringstore.NewRing(1000, seq)
 	dir := b.TempDir()
 	if d, err := os.MkdirTemp("/dev/shm", "edgegw-bench"); err == nil { // a tmpfs: the hook is the whole fsync
 		dir = d
 		defer os.RemoveAll(d)
 	}
-	q, err := OpenQueue(QueueConfig{Dir: dir, Fsync: FsyncAlways})
+	q, err := Open(Config{Dir: dir, Fsync: FsyncAlways})
 	if err != nil {
 		b.Fatal(err)
 	}
-	q.fsync = func(f *os.File) error { time.Sleep(10 * time.Millisecond); return f.Sync() }
+	diskOf(q).fsync = func(f *os.File) error { time.Sleep(10 * time.Millisecond); return f.Sync() }
 	attachForBench(ring, q)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -44,7 +46,7 @@ func BenchmarkPollFsyncAlwaysSlowDisk(b *testing.B) {
 	rwg.Add(1)
 	go func() { // the local reader
 		defer rwg.Done()
-		var dst []Sample
+		var dst []ringstore.Sample
 		after := ring.Seq()
 		for {
 			select {
@@ -76,7 +78,7 @@ func BenchmarkPollFsyncAlwaysSlowDisk(b *testing.B) {
 			defer wg.Done()
 			dev := fmt.Sprintf("logger-%02d", p)
 			for i := p; i < b.N; i += pollers {
-				batch := []Sample{{Device: dev, Tag: "temperature", Value: 21.5, TS: int64(i)}, {Device: dev, Tag: "humidity", Value: 45, TS: int64(i)}}
+				batch := []ringstore.Sample{{Device: dev, Tag: "temperature", Value: 21.5, TS: int64(i)}, {Device: dev, Tag: "humidity", Value: 45, TS: int64(i)}}
 				t0 := time.Now()
 				if _, _, err := ring.Append(batch); err != nil {
 					b.Error(err)
@@ -110,24 +112,24 @@ func p99(d []time.Duration) float64 {
 }
 
 // attachForBench wires the queue to the ring as the gateway does.
-func attachForBench(r *Ring, q *Queue) { r.OnAppend(q.HandOff); r.AfterAppend(q.Persist) }
+func attachForBench(r *ringstore.Ring, q *Queue) { r.OnAppend(q.HandOff); r.AfterAppend(q.Persist) }
 
 // The disk write runs after the ring's lock is released: while a poll's
 // fsync hangs, readers see its samples and another device's poll is
 // numbered; the hung poll's Append returns only after its sync.
 func TestNoDiskIOUnderRingLock(t *testing.T) {
-	seq, _ := OpenSequence("")
-	ring := NewRing(100, seq)
-	q := openQ(t, QueueConfig{Dir: t.TempDir(), Fsync: FsyncAlways})
+	seq, _ := ringstore.OpenSequence("")
+	ring := ringstore.NewRing(100, seq)
+	q := openQ(t, Config{Dir: t.TempDir(), Fsync: FsyncAlways})
 	entered, release := make(chan struct{}, 16), make(chan struct{})
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(release) }); q.Close() })
-	q.fsync = func(f *os.File) error { entered <- struct{}{}; <-release; return f.Sync() }
+	diskOf(q).fsync = func(f *os.File) error { entered <- struct{}{}; <-release; return f.Sync() }
 	attachForBench(ring, q)
 	start := ring.Seq()
 	returned := make(chan uint64)
 	go func() {
-		_, last, _ := ring.Append([]Sample{{Device: "a", Tag: "t", Value: 1}})
+		_, last, _ := ring.Append([]ringstore.Sample{{Device: "a", Tag: "t", Value: 1}})
 		returned <- last
 	}()
 	<-entered // the first poll's sync hangs
@@ -136,8 +138,8 @@ func TestNoDiskIOUnderRingLock(t *testing.T) {
 		t.Fatalf("reader during the sync: %+v", res)
 	}
 	other := make(chan struct{})
-	go func() { ring.append([]Sample{{Device: "b", Tag: "t", Value: 2}}); close(other) }()
-	<-other // numbered and stored while the disk hangs
+	go func() { ring.Append([]ringstore.Sample{{Device: "b", Tag: "t", Value: 2}}); close(other) }()
+	waitFor(t, "another poll numbered and stored while the disk hangs", func() bool { return ring.Seq() > res.Seq })
 	select {
 	case <-returned:
 		t.Fatal("Append returned before its sync")
@@ -147,4 +149,5 @@ func TestNoDiskIOUnderRingLock(t *testing.T) {
 	if last := <-returned; last != res.Seq {
 		t.Fatalf("last %d, want %d", last, res.Seq)
 	}
+	<-other
 }
