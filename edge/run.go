@@ -298,7 +298,7 @@ func (rs *runState) openDue(d *device) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	f := rs.failed[openKey(d.cfg)]
-	return f == nil || !time.Now().Before(f.until)
+	return f == nil || f.gate.Wait(time.Now()) == 0
 }
 
 // startBuses starts bs: a goroutine each for TCP and RTU buses, the UDP
