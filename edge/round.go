@@ -203,7 +203,11 @@ func (r *udpRound) collect(now time.Time) {
 			n++
 			continue
 		}
-		d.step(d.req.Data, d.req.Err, now.Sub(d.ps.sent))
+		rtt := now.Sub(d.ps.sent)
+		if !d.req.Replied.IsZero() {
+			rtt = d.req.Replied.Sub(d.ps.sent) // the device's answer, not the round's
+		}
+		d.step(d.req.Data, d.req.Err, rtt)
 		if !d.ps.done() {
 			r.queue(d, d.req.Conn, now)
 			r.fly[n] = f

@@ -31,6 +31,10 @@ type Request struct {
 
 	Data []byte
 	Err  error
+	// Replied (Round and SendRound): when the reply was read off the
+	// socket, so a round-trip time does not include the wait for the rest
+	// of the round; zero when there was no reply.
+	Replied time.Time
 
 	adu  [mbapHeader + 5]byte
 	resp [maxADU]byte
@@ -188,8 +192,10 @@ func (t *udpTransport) prepare(r *Request) *udpPending {
 
 // result turns r's completed pending entry into Data or Err.
 func (r *Request) result(d *device, waited time.Duration) {
+	r.Replied = time.Time{}
 	switch p := &r.pend; p.state {
 	case pendAnswered:
+		r.Replied = p.at
 		r.finish(d, r.resp[:p.n])
 	case pendUntrusted:
 		r.fail(d, errUntrusted)

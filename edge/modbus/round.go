@@ -253,6 +253,7 @@ func (rd *Round) Done(r *Request, now time.Time) bool {
 		s.expire(&r.pend)
 	}
 	s.mu.Unlock()
+	r.Replied = time.Time{}
 	switch {
 	case r.Conn == nil || r.Conn.t.s != s:
 		r.Data, r.Err = nil, errNotThisSocket

@@ -334,10 +334,19 @@ func TestRoundPerRequestDeadlines(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("no wake-up for the completed batch")
 			}
-			if !rd.Done(a, time.Now()) {
+			// The round-trip ends when the reply was read, not when Done is
+			// asked: a round's replies are handled together.
+			asked := time.Now().Add(time.Hour)
+			if !rd.Done(a, asked) {
 				t.Fatal("fast request not done after its batch completed")
 			}
 			checkRead2(t, a)
+			if a.Replied.Before(now) || !a.Replied.Before(asked.Add(-time.Hour+time.Second)) {
+				t.Fatalf("Replied %v: want between the send (%v) and now", a.Replied, now)
+			}
+			if !c.Replied.IsZero() {
+				t.Fatalf("a request that failed has Replied %v", c.Replied)
+			}
 			if rd.Done(b, time.Now()) {
 				t.Fatalf("slow request done before its deadline: %v", b.Err)
 			}
