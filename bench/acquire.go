@@ -43,8 +43,13 @@ type AcquireConfig struct {
 	// Telegraf is the path of a telegraf binary with inputs.modbus; "" looks
 	// on PATH; "off" skips it.
 	Telegraf string
-	Exec     Exec         // how to re-execute this binary (default os.Executable() bench)
-	Logger   *slog.Logger // progress; nil: discard
+	// Before runs another edgegw lab binary (say, built from an earlier
+	// commit; Path "" for none): every mode then runs its gateway child
+	// too, just before this binary's, on the same loggers, as the row
+	// "MODE@before".
+	Before Exec
+	Exec   Exec         // how to re-execute this binary (default os.Executable() bench)
+	Logger *slog.Logger // progress; nil: discard
 	// Profile, when set, is a directory where each gateway child writes a
 	// CPU profile of its whole run (acquire-MODE.pprof).
 	Profile string
@@ -251,6 +256,17 @@ func RunAcquire(ctx context.Context, cfg AcquireConfig) (*AcquireReport, error) 
 			tr, tcpMode = "tcp", edge.TCPSerial
 		case ModeTCPParallel:
 			tr, tcpMode = "tcp", edge.TCPParallel
+		}
+		if cfg.Before.Path != "" {
+			bc := cfg
+			bc.Exec = cfg.Before
+			cfg.Logger.Info("bench: acquire", "mode", mode+"@before", "binary", cfg.Before.Path, "devices", cfg.Devices, "interval", cfg.Interval, "duration", cfg.Duration)
+			mr, err := acquireMode(ctx, bc, mode, tcpMode, fleets[tr])
+			if err != nil {
+				return rep, fmt.Errorf("bench: acquire: %s with %s: %w", mode, cfg.Before.Path, err)
+			}
+			mr.Mode += "@before"
+			rep.Modes = append(rep.Modes, mr)
 		}
 		cfg.Logger.Info("bench: acquire", "mode", mode, "devices", cfg.Devices, "interval", cfg.Interval, "duration", cfg.Duration)
 		mr, err := acquireMode(ctx, cfg, mode, tcpMode, fleets[tr])

@@ -114,6 +114,7 @@ func mainAcquire(args []string, stdout io.Writer) error {
 	fs.DurationVar(&c.RestartEvery, "restart-every", 0, "restart one logger (round robin) this often")
 	fs.StringVar(&c.Profile, "pprof", "", "write a CPU profile of each gateway child into this directory")
 	fs.StringVar(&c.Telegraf, "telegraf", "", `telegraf binary with inputs.modbus ("": look on PATH, "off": skip)`)
+	before := fs.String("before", "", "another edgegw lab binary (an earlier commit): each mode also runs its gateway, as MODE@before")
 	out := outputFlags(fs, false)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -122,6 +123,9 @@ func mainAcquire(args []string, stdout io.Writer) error {
 		c.Retries = -1
 	}
 	c.Modes = splitList(*modes)
+	if *before != "" {
+		c.Before = Exec{Path: *before, Args: []string{"bench"}}
+	}
 	c.Logger = out.logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -22,6 +22,7 @@ func TestAcquireSmoke(t *testing.T) {
 	rep, err := RunAcquire(ctx, AcquireConfig{
 		Devices: 4, Interval: 100 * time.Millisecond, Duration: 1500 * time.Millisecond, Warmup: 300 * time.Millisecond,
 		Loss: 0.05, RestartEvery: 400 * time.Millisecond, Telegraf: "off", Exec: testExec(t),
+		Before: testExec(t), // the same binary as "before": the rows are there and filled alike
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +64,7 @@ func TestAcquireSmoke(t *testing.T) {
 			t.Errorf("%s: rss %v hwm %v cpu %v seconds %v", m.Mode, m.RSSMiB, m.HWMMiB, m.CPUPercent, m.Seconds)
 		}
 	}
-	if got := strings.Join(modes, ","); got != "tcp-serial,tcp-parallel,udp,telegraf" {
+	if got := strings.Join(modes, ","); got != "tcp-serial@before,tcp-serial,tcp-parallel@before,tcp-parallel,udp@before,udp,telegraf" {
 		t.Errorf("modes %s", got)
 	}
 	var back AcquireReport

@@ -10,8 +10,11 @@ import (
 	"edgegw/ringstore"
 )
 
-// bus is one goroutine's share of the devices: it polls them one at a time,
-// each at its own interval, earliest due first.
+// bus is one share of the devices, polled one request at a time per
+// connection: a TCP or RTU bus is one goroutine that polls its devices one
+// at a time, each at its own interval, earliest due first, woken by the
+// run's clock; a UDP bus (one device) is polled by the run's UDP round
+// (round.go) with every other UDP device.
 type bus struct {
 	name    string
 	devices []*device
@@ -20,6 +23,13 @@ type bus struct {
 	// open retries the transport of a device that is down (Run sets it;
 	// tried is false while the transport's backoff has not passed).
 	open func(d *device) (tried bool, err error)
+
+	udp  bool          // polled by the UDP round, not by a goroutine of its own
+	wake chan struct{} // capacity 1: the clock says a device may be due (TCP, RTU)
+
+	// The UDP round's state of this bus (its goroutine only).
+	state   uint8 // roundIdle, roundPolling, roundAside
+	leaving bool  // being removed (a reload): no new poll or write
 }
 
 // stuck reports a poll that has run longer than limit: a bus whose
@@ -31,24 +41,29 @@ func (b *bus) stuck(now time.Time, limit time.Duration) error {
 	return nil
 }
 
-// run polls until ctx is done. Timing rules:
+// run polls until ctx is done (TCP and RTU buses). Timing rules (the UDP
+// round keeps the same):
 //   - device d's windows start at start+offset+k*interval; a poll may use its
-//     window for retries and must end inside it to count as valid;
+//     window for retries and must end inside it to count as valid; a poll
+//     may start up to RoundWindow early, with devices due just after it;
 //   - a poll that ends after later windows have begun skips them: each
 //     skipped window is an overrun, never a second poll (polls never stack);
 //   - after DemoteAfter polls without any answer the device is demoted: it is
 //     polled every 2^k intervals (k grows per dead poll, capped at
 //     MaxDemotedPeriod); the windows in between are counted as skipped; the
 //     first answer promotes it back.
-func (b *bus) run(ctx context.Context, start time.Time, sink Sink) {
+//
+// The bus has no timer of its own: it tells clk when its next device is
+// due and sleeps until clk wakes it (with every other bus due then), a
+// write is queued, or ctx ends.
+func (b *bus) run(ctx context.Context, start time.Time, sink Sink, clk *clock) {
 	for _, d := range b.devices {
 		if d.next.IsZero() { // a device taken over by a reload keeps its schedule
 			d.next = start.Add(d.offset)
 		}
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	defer b.closeWriteConns()
+	defer clk.forget(b)
 	for {
 		d := b.devices[0]
 		for _, o := range b.devices[1:] {
@@ -56,17 +71,16 @@ func (b *bus) run(ctx context.Context, start time.Time, sink Sink) {
 				d = o
 			}
 		}
-		if wait := time.Until(d.next); wait > 0 {
-			timer.Reset(wait)
+		if time.Until(d.next) > RoundWindow {
+			clk.at(b, d.next)
 			select {
 			case <-ctx.Done():
 				return
-			case <-timer.C:
+			case <-b.wake:
 			case j := <-b.wr.queue:
-				timer.Stop()
 				b.serveWrite(j)
-				continue
 			}
+			continue // early, late or stale wake-ups alike: look again
 		} else if ctx.Err() != nil {
 			return
 		}
@@ -79,21 +93,37 @@ func (b *bus) run(ctx context.Context, start time.Time, sink Sink) {
 
 // pollOne polls d in its current window and moves d.next on.
 func (b *bus) pollOne(d *device, sink Sink) {
+	if !b.beginWindow(d, time.Now(), sink) {
+		return
+	}
+	answered, _ := d.poll(d.next.Add(d.cfg.Interval), sink)
+	b.endPoll(d, answered)
+}
+
+// beginWindow counts the windows of d that ended while other devices were
+// polled as overruns and opens d's transport if it is down. It returns
+// false when d is not polled in this window (d.next has moved on).
+func (b *bus) beginWindow(d *device, now time.Time, sink Sink) bool {
 	iv := d.cfg.Interval
 	// A window that has already ended while other devices of this bus were
 	// polled is an overrun, not a late poll.
-	now := time.Now()
 	for !now.Before(d.next.Add(iv)) {
 		d.stats.Overruns.Add(1)
 		d.next = d.next.Add(iv)
 	}
 	if d.conn == nil && !b.reopen(d, sink) {
 		d.next = d.next.Add(iv)
-		return
+		return false
 	}
-	answered, _ := d.poll(d.next.Add(iv), sink)
+	return true
+}
+
+// endPoll moves d.next past the poll that just ended and demotes or
+// promotes d.
+func (b *bus) endPoll(d *device, answered bool) {
+	iv := d.cfg.Interval
 	d.next = d.next.Add(iv)
-	now = time.Now()
+	now := time.Now()
 	for !now.Before(d.next) { // the poll ran into later windows
 		d.stats.Overruns.Add(1)
 		d.next = d.next.Add(iv)

@@ -60,7 +60,9 @@ type device struct {
 	quality   []ringstore.Quality
 	last      []ringstore.Sample // last appended sample per tag, for deadband
 	batch     []ringstore.Sample
-	loggedErr bool // an error was logged since the last good poll
+	loggedErr bool           // an error was logged since the last good poll
+	req       modbus.Request // reused by every read of a Do connection and of a round
+	ps        pollState      // the poll in progress
 }
 
 // connSlot is the connection a device is assigned to: the key of a shared
@@ -172,7 +174,33 @@ func classify(err error) outcome {
 	return failed
 }
 
+// doer is the allocation-free side of a connection (modbus.TCPConn,
+// modbus.UDPConn): one prepared Request per call.
+type doer interface{ Do(r *modbus.Request) }
+
+var (
+	_ doer = (*modbus.TCPConn)(nil)
+	_ doer = (*modbus.UDPConn)(nil)
+)
+
+// fc is the read function of a register table.
+func (r Register) fc() byte { return [...]byte{3, 4, 1, 2}[r&3] }
+
+// prepare sets d's reusable request to read r.
+func (d *device) prepare(r Read) *modbus.Request {
+	q := &d.req
+	q.Func, q.Addr, q.Qty = r.Register.fc(), r.Address, r.Quantity
+	return q
+}
+
+// read does one read. The data returned may be d's own buffer: valid
+// until the next read of d.
 func (d *device) read(r Read) ([]byte, error) {
+	if c, ok := d.conn.(doer); ok {
+		q := d.prepare(r)
+		c.Do(q)
+		return q.Data, q.Err
+	}
 	switch r.Register {
 	case Holding:
 		return d.conn.ReadHoldingRegisters(r.Address, r.Quantity)
@@ -185,89 +213,121 @@ func (d *device) read(r Read) ([]byte, error) {
 	}
 }
 
-// readRetry performs one read with retries, but only while another attempt
-// can still finish before the end of the poll's window.
-func (d *device) readRetry(r Read, windowEnd time.Time) ([]byte, error) {
-	var err error
-	for attempt := 0; attempt <= d.cfg.Retries; attempt++ {
-		if attempt > 0 && time.Now().Add(d.cfg.Timeout).After(windowEnd) {
-			break
-		}
-		t0 := time.Now()
-		var data []byte
-		data, err = d.read(r)
-		d.stats.Requests.Add(1) // counted when done, so a request in flight never shows as lost
-		switch classify(err) {
-		case okReply:
-			d.stats.Responses.Add(1)
-			d.stats.RTT.Observe(time.Since(t0))
-			return data, nil
-		case exception:
-			d.stats.Exceptions.Add(1)
-			return nil, err // the device answered; asking again gives the same answer
-		case timedOut:
-			d.stats.Timeouts.Add(1)
-		default:
+// pollState is one poll in progress: the blocking poll and a UDP round
+// (round.go) advance it one request at a time through step.
+type pollState struct {
+	reads     []Read
+	ri        int // read in progress
+	attempt   int // of reads[ri]
+	windowEnd time.Time
+	start     time.Time
+	sent      time.Time // the request in flight went out (round)
+	peek      time.Time // the round looks at it even if its batch is not complete (round)
+	answered  bool
+	good      bool
+	firstErr  error
+}
+
+func (p *pollState) done() bool { return p.ri >= len(p.reads) }
+
+// read is the read in progress.
+func (p *pollState) read() Read { return p.reads[p.ri] }
+
+// beginPoll starts a poll that must end by windowEnd to be valid.
+func (d *device) beginPoll(windowEnd time.Time) {
+	for i := range d.quality {
+		d.quality[i] = ringstore.Error
+	}
+	d.ps = pollState{reads: d.currentPlan(), windowEnd: windowEnd, start: time.Now(), good: true}
+}
+
+// step takes the outcome of one request for the read in progress: the
+// read is done (decoded, or failed for good) or is to be asked again (a
+// retry, while another attempt can still end inside the window), or
+// exception 2 splits it into smaller reads (shrink) asked next.
+func (d *device) step(data []byte, err error, rtt time.Duration) {
+	p := &d.ps
+	r := p.read()
+	d.stats.Requests.Add(1) // counted when done, so a request in flight never shows as lost
+	q := ringstore.Error
+	switch classify(err) {
+	case okReply:
+		d.stats.Responses.Add(1)
+		d.stats.RTT.Observe(rtt)
+		p.answered = true
+		if err := d.decode(r, data); err != nil {
+			p.fail(err)
 			d.stats.Errors.Add(1)
-			if errors.Is(err, modbus.ErrBackoff) {
-				return nil, err // the connection is down and waiting: no point retrying now
-			}
+		}
+		p.ri, p.attempt = p.ri+1, 0
+		return
+	case exception:
+		d.stats.Exceptions.Add(1)
+		p.answered = true // the device answered; asking again gives the same answer
+		if code, ok := modbus.IsException(err); ok && code == 2 && d.shrink(r) {
+			// Re-plan and read the same tags again in smaller pieces.
+			rest := append([]Read(nil), p.reads[p.ri+1:]...)
+			p.reads = append(append(p.reads[:p.ri:p.ri], d.currentPlanFor(r.Tags)...), rest...)
+			p.attempt = 0
+			return
+		}
+	case timedOut:
+		d.stats.Timeouts.Add(1)
+		q = ringstore.Timeout
+		if d.retry() {
+			return
+		}
+	default:
+		d.stats.Errors.Add(1)
+		// ErrBackoff: the connection is down and waiting: no point retrying now.
+		if !errors.Is(err, modbus.ErrBackoff) && d.retry() {
+			return
 		}
 	}
-	return nil, err
+	for _, ti := range r.Tags {
+		d.quality[ti] = q
+	}
+	p.fail(err)
+	p.ri, p.attempt = p.ri+1, 0
+}
+
+// retry reports whether the read in progress is asked again: retries are
+// left and another attempt can still end inside the window.
+func (d *device) retry() bool {
+	p := &d.ps
+	if p.attempt >= d.cfg.Retries || time.Now().Add(d.cfg.Timeout).After(p.windowEnd) {
+		return false
+	}
+	p.attempt++
+	return true
+}
+
+func (p *pollState) fail(err error) {
+	p.good = false
+	if p.firstErr == nil {
+		p.firstErr = err
+	}
 }
 
 // poll reads every tag once and appends one sample per tag to sink. It
 // returns whether any request got an answer (exceptions count: the device
 // is alive) and whether every tag is good.
 func (d *device) poll(windowEnd time.Time, sink Sink) (answered, good bool) {
-	start := time.Now()
-	for i := range d.quality {
-		d.quality[i] = ringstore.Error
+	d.beginPoll(windowEnd)
+	for !d.ps.done() {
+		t0 := time.Now()
+		data, err := d.read(d.ps.read())
+		d.step(data, err, time.Since(t0))
 	}
-	good = true
-	var firstErr error
-	reads := d.currentPlan()
-	for ri := 0; ri < len(reads); ri++ {
-		r := reads[ri]
-		data, err := d.readRetry(r, windowEnd)
-		if err != nil {
-			if code, ok := modbus.IsException(err); ok && code == 2 && d.shrink(r) {
-				// Re-plan and read the same tags again in smaller pieces.
-				rest := append([]Read(nil), reads[ri+1:]...)
-				reads = append(append(reads[:ri:ri], d.currentPlanFor(r.Tags)...), rest...)
-				ri--
-				answered = true
-				continue
-			}
-			q := ringstore.Error
-			switch classify(err) {
-			case timedOut:
-				q = ringstore.Timeout
-			case exception:
-				answered = true
-			}
-			for _, ti := range r.Tags {
-				d.quality[ti] = q
-			}
-			good = false
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		answered = true
-		if err := d.decode(r, data); err != nil {
-			good = false
-			d.stats.Errors.Add(1)
-			if firstErr == nil {
-				firstErr = err
-			}
-		}
-	}
+	return d.finishPoll(sink)
+}
+
+// finishPoll appends the poll's samples and counts it.
+func (d *device) finishPoll(sink Sink) (answered, good bool) {
+	p := &d.ps
 	now := time.Now()
 	d.emit(now, sink) // samples first: whoever sees the counters move finds them in the ring
-	d.stats.Cycle.Observe(now.Sub(start))
+	d.stats.Cycle.Observe(now.Sub(p.start))
 	if c, ok := d.conn.(counted); ok {
 		cs := c.Counters()
 		d.stats.Reconnects.Store(cs.Reconnects)
@@ -276,16 +336,20 @@ func (d *device) poll(windowEnd time.Time, sink Sink) (answered, good bool) {
 		d.stats.Dropped.Store(cs.Dropped)
 	}
 	d.stats.Polls.Add(1) // counted when done, so a poll in flight never shows as invalid
-	if good && !now.After(windowEnd) {
+	if p.good && !now.After(p.windowEnd) {
 		d.stats.GoodPolls.Add(1)
 		d.stats.LastGoodUS.Store(now.UnixMicro())
 	}
-	if good {
-		d.stats.SetReason("")
-	} else if firstErr != nil {
-		d.stats.SetReason(firstErr.Error())
+	if p.good {
+		if d.stats.Reason() != "" { // SetReason's argument escapes: no call, no allocation
+			d.stats.SetReason("")
+		}
+	} else if p.firstErr != nil {
+		d.stats.SetReason(p.firstErr.Error())
 	}
-	d.logOutcome(good, firstErr)
+	d.logOutcome(p.good, p.firstErr)
+	answered, good = p.answered, p.good
+	p.reads, p.firstErr = nil, nil
 	return answered, good
 }
 

@@ -48,8 +48,12 @@ type Config struct {
 	TCPMode        string // TCPParallel (default) or TCPSerial
 	UDPListen      string // local address of the shared UDP socket; default ":0"
 	UDPBufferBytes int    // SO_RCVBUF/SO_SNDBUF asked for; default 4 MiB
-	Sink           Sink
-	Logger         *slog.Logger
+	// UDPNoBatch sends and reads one datagram per syscall even where
+	// sendmmsg/recvmmsg exist; the results are the same (a way out, and
+	// for comparison).
+	UDPNoBatch bool
+	Sink       Sink
+	Logger     *slog.Logger
 
 	Acquisition *stats.Acquisition // gateway-wide counters (UDP datagrams from no device); nil: not kept
 }
@@ -84,10 +88,11 @@ type DeviceConfig struct {
 
 // Scheduler polls every configured device.
 type Scheduler struct {
-	cfg    Config
-	log    *slog.Logger
-	wr     schedWrites     // write path (write.go)
-	reload chan *reloadReq // Reload → Run (reload.go)
+	cfg     Config
+	log     *slog.Logger
+	wr      schedWrites     // write path (write.go)
+	reload  chan *reloadReq // Reload → Run (reload.go)
+	udpKick chan struct{}   // capacity 1: Write → the UDP round: a write was queued
 
 	mu      sync.RWMutex // guards devices and buses: Run swaps them on a reload
 	devices []*device
@@ -112,7 +117,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Scheduler{cfg: cfg, log: cfg.Logger, reload: make(chan *reloadReq)}
+	s := &Scheduler{cfg: cfg, log: cfg.Logger, reload: make(chan *reloadReq), udpKick: make(chan struct{}, 1)}
 	devs, err := s.buildDevices(cfg.Devices, nil)
 	if err != nil {
 		return nil, err
@@ -130,11 +135,13 @@ func New(cfg Config) (*Scheduler, error) {
 	return s, nil
 }
 
-// StaggerSlots is how many start times the devices of one interval are
-// spread over. Devices of one slot wake together: the runtime fires their
-// timers in one go, which costs far less than as many separate wake-ups,
-// while the load is still spread over the interval (no burst at the top of
-// the second).
+// StaggerSlots is how many start times the TCP and RTU devices of one
+// interval are spread over. Devices of one slot are woken by one timer
+// event (the clock), which costs far less than as many separate wake-ups,
+// while the load is still spread over the interval. UDP devices are not
+// staggered: every UDP device of an interval is due at its start and is
+// polled by one wake-up of the UDP round, its requests sent back to back in
+// one batch (one request per device: no device gets a burst).
 const StaggerSlots = 8
 
 // staggerOffset is device i of n's start within its interval: slot i mod
@@ -146,7 +153,8 @@ func staggerOffset(interval time.Duration, i, n int) time.Duration {
 
 // buildDevices makes the devices of a config, in order. A device of old
 // whose resolved config is unchanged is taken over as it is (statistics,
-// connection, schedule). New devices are staggered (staggerOffset).
+// connection, schedule). New TCP and RTU devices are staggered
+// (staggerOffset); UDP devices start together.
 func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]*device, error) {
 	seen := map[string]bool{}
 	devs := make([]*device, 0, len(dcs))
@@ -162,7 +170,9 @@ func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]
 		if o := old[dc.Name]; o != nil && reflect.DeepEqual(o.cfg, d.cfg) {
 			d = o
 		} else {
-			d.offset = staggerOffset(d.cfg.Interval, i, len(dcs))
+			if dc.Transport != TransportUDP {
+				d.offset = staggerOffset(d.cfg.Interval, i, len(dcs))
+			}
 		}
 		devs = append(devs, d)
 	}
@@ -209,8 +219,8 @@ func (s *Scheduler) groupBuses(devs []*device) ([]*bus, map[*device]connSlot) {
 			key = ep
 			slots[d] = connSlot{key: portKey(d.cfg)}
 		}
-		if key == "" { // a bus of its own
-			buses = append(buses, &bus{name: d.cfg.Name, devices: []*device{d}})
+		if key == "" { // a bus of its own, in the UDP round
+			buses = append(buses, &bus{name: d.cfg.Name, devices: []*device{d}, udp: true})
 			continue
 		}
 		b := byKey[key]

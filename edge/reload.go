@@ -126,12 +126,13 @@ func (rs *runState) apply(dcs []DeviceConfig) (ReloadResult, error) {
 		}
 	}
 	rs.attachAll(added)
-	now := time.Now()
+	var start []*bus
 	for _, b := range buses {
 		if !kept[b] {
-			rs.startBus(b, now) // kept devices keep their schedule (d.next)
+			start = append(start, b) // kept devices keep their schedule (d.next)
 		}
 	}
+	rs.startBuses(start, time.Now())
 	s.log.Info("reload applied", "result", res.String(), "added", res.Added, "changed", res.Changed, "removed", res.Removed)
 	return res, nil
 }

@@ -18,8 +18,12 @@ import (
 type runState struct {
 	s     *Scheduler
 	ctx   context.Context
-	wg    sync.WaitGroup // the UDP reader and the bus goroutines
+	wg    sync.WaitGroup // the UDP reader, the clock, the UDP round and the bus goroutines
 	buses map[*bus]*busRunner
+	clock *clock
+	round *udpRound     // started with the first UDP bus
+	stopR func()        // stops round
+	udpB  map[*bus]bool // the buses in round
 
 	mu     sync.Mutex
 	udp    *modbus.UDPSocket
@@ -84,7 +88,8 @@ func (f *openFailure) failed(now time.Time, err error) {
 // OpenRetryMax, jittered) while everything else polls.
 func (s *Scheduler) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
-	rs := &runState{s: s, ctx: ctx, ports: map[string]*portRef{}, failed: map[string]*openFailure{}, buses: map[*bus]*busRunner{}}
+	rs := &runState{s: s, ctx: ctx, ports: map[string]*portRef{}, failed: map[string]*openFailure{}, buses: map[*bus]*busRunner{},
+		clock: newClock(), udpB: map[*bus]bool{}}
 	defer func() {
 		cancel()
 		rs.stopBuses(nil)
@@ -105,10 +110,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.RUnlock()
 	rs.attachAll(devs)
 	s.startWrites()
-	start := time.Now()
-	for _, b := range buses {
-		rs.startBus(b, start)
-	}
+	rs.wg.Add(1)
+	go func() {
+		defer rs.wg.Done()
+		rs.clock.run(ctx)
+	}()
+	rs.startBuses(buses, time.Now())
 	for {
 		select {
 		case <-ctx.Done():
@@ -189,7 +196,8 @@ func (rs *runState) open(d *device) error {
 		d.conn, d.port = paced(c, newPacer(d.cfg.Pause)), "alone "+d.slot.key
 	case d.cfg.Transport == TransportUDP:
 		if rs.udp == nil {
-			sock, err := modbus.NewUDPSocket(modbus.UDPConfig{Listen: s.cfg.UDPListen, BufferBytes: s.cfg.UDPBufferBytes, Logger: s.log, UnknownSource: s.cfg.Acquisition.UDPUnknown()})
+			sock, err := modbus.NewUDPSocket(modbus.UDPConfig{Listen: s.cfg.UDPListen, BufferBytes: s.cfg.UDPBufferBytes, NoBatch: s.cfg.UDPNoBatch,
+				Logger: s.log, UnknownSource: s.cfg.Acquisition.UDPUnknown()})
 			if err != nil {
 				return fmt.Errorf("edge: device %q: %w", d.cfg.Name, err)
 			}
@@ -277,23 +285,86 @@ func slotPort(d *device) string {
 	return d.slot.key
 }
 
+// udpSocket is the shared UDP socket (nil before a UDP device opened it).
+func (rs *runState) udpSocket() *modbus.UDPSocket {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.udp
+}
+
+// openDue reports whether the open of d's transport, which is down, may
+// be tried now (its backoff has passed).
+func (rs *runState) openDue(d *device) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	f := rs.failed[openKey(d.cfg)]
+	return f == nil || f.gate.Wait(time.Now()) == 0
+}
+
+// startBuses starts bs: a goroutine each for TCP and RTU buses, the UDP
+// ones into the UDP round (started with the first of them).
+func (rs *runState) startBuses(bs []*bus, start time.Time) {
+	var udp []*bus
+	for _, b := range bs {
+		b.open = func(d *device) (bool, error) { return rs.attach(d, false) }
+		if !b.udp {
+			rs.startBus(b, start)
+			continue
+		}
+		udp = append(udp, b)
+		rs.udpB[b] = true
+	}
+	if len(udp) == 0 {
+		return
+	}
+	if rs.round == nil {
+		ctx, cancel := context.WithCancel(rs.ctx)
+		r := newUDPRound(rs)
+		rs.round = r
+		rs.stopR = func() { cancel(); <-r.exited }
+		rs.wg.Add(1)
+		go func() {
+			defer rs.wg.Done()
+			r.run(ctx)
+		}()
+	}
+	rs.round.change(udp, nil, start)
+}
+
 // startBus runs b in its own goroutine until stopBuses.
 func (rs *runState) startBus(b *bus, start time.Time) {
 	ctx, cancel := context.WithCancel(rs.ctx)
 	r := &busRunner{cancel: cancel, done: make(chan struct{})}
 	rs.buses[b] = r
-	b.open = func(d *device) (bool, error) { return rs.attach(d, false) }
+	if b.wake == nil {
+		b.wake = make(chan struct{}, 1)
+	}
 	rs.wg.Add(1)
 	go func() {
 		defer rs.wg.Done()
 		defer close(r.done)
-		b.run(ctx, start, rs.s.cfg.Sink)
+		b.run(ctx, start, rs.s.cfg.Sink, rs.clock)
 	}()
 }
 
 // stopBuses stops the buses for which keep is false (all when keep is nil)
 // and waits for them: each finishes the poll it is in.
 func (rs *runState) stopBuses(keep func(*bus) bool) {
+	if rs.round != nil {
+		var out []*bus
+		for b := range rs.udpB {
+			if keep == nil || !keep(b) {
+				out = append(out, b)
+				delete(rs.udpB, b)
+			}
+		}
+		switch {
+		case keep == nil:
+			rs.stopR()
+		case len(out) > 0:
+			rs.round.change(nil, out, time.Time{})
+		}
+	}
 	var stopped []*busRunner
 	for b, r := range rs.buses {
 		if keep != nil && keep(b) {

@@ -212,9 +212,11 @@ func fmtValue(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 // Write sets one tag of one device and confirms it with one read-back. The
 // request is checked here (device, tag, writable, min/max, type); then it is
-// handed to the bus goroutine of the device over a bounded queue (full:
-// WriteBusy at once, never blocking a poll) and done there between two
-// polls, so it never races a poll on the same bus (an RTU line included).
+// handed to the device's bus over a bounded queue (full: WriteBusy at once,
+// never blocking a poll) and done between two polls — by the bus goroutine,
+// or for a UDP device by a goroutine the UDP round starts while it leaves
+// the device out of rounds — so it never races a poll on the same bus (an
+// RTU line included) and never delays the polls of other UDP devices.
 //
 // On the wire: a coil with FC5; a register-sized type with FC6; a
 // multi-register type with FC16; a bool on a bit of a holding register as
@@ -247,9 +249,16 @@ func (s *Scheduler) Write(ctx context.Context, req WriteRequest) (WriteResult, e
 		s.logWrite(req, res, werr)
 		return res, werr
 	}
+	b := s.wr.busOf[j.dev]
 	select {
-	case s.wr.busOf[j.dev].wr.queue <- j:
+	case b.wr.queue <- j:
 		s.wr.mu.RUnlock()
+		if b.udp { // the UDP round looks at its queues when kicked
+			select {
+			case s.udpKick <- struct{}{}:
+			default:
+			}
+		}
 	default:
 		s.wr.mu.RUnlock()
 		werr = writeErr(req, WriteBusy, fmt.Sprintf("%d writes already wait for this bus; try again", WriteQueue), nil)

@@ -47,6 +47,7 @@ type Ring struct {
 	last    uint64   // seq of the newest sample in buf
 	epoch   uint64   // epoch of last
 	wake    chan struct{}
+	handed  bool        // wake was handed out by Since: the next append closes it and makes another
 	latest  []Sample    // latest sample per tag, in first-seen order
 	index   map[key]int // (device, tag) -> index in latest
 	snap    atomic.Pointer[Snapshot]
@@ -125,8 +126,11 @@ func (r *Ring) append(batch []Sample) (first, last uint64) {
 	if r.sub != nil {
 		r.sub(batch)
 	}
-	close(r.wake)
-	r.wake = make(chan struct{})
+	if r.handed { // no one can wait on a channel never handed out: no allocation per append then
+		close(r.wake)
+		r.wake = make(chan struct{})
+		r.handed = false
+	}
 	return first, last
 }
 
@@ -168,6 +172,7 @@ func (r *Ring) Since(after uint64, dst []Sample) Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res := Result{Samples: dst, Seq: r.last, Epoch: r.epoch, Wait: r.wake}
+	r.handed = true
 	if after > r.last {
 		res.Reset = true
 		return res

@@ -15,7 +15,9 @@
 // sendmmsg on Linux amd64/arm/arm64, else one write each; UDPConfig.NoBatch
 // forces the latter), the replies read by Run (recvmmsg, many datagrams per
 // call) and filled into their Requests in place, the caller woken once when
-// the last reply is in or at the round's deadline. Matching, checks and
+// the last reply is in or at the round's deadline; a Round keeps such
+// batches in flight for an event loop (per-request deadlines, woken once
+// per completed batch, each request taken back when it ends). Matching, checks and
 // counters are the same on every path, and none of Do, SendRound or the
 // reader allocates per poll in steady state.
 //
@@ -34,7 +36,7 @@
 // RTUConn) are called from ONE goroutine, the device's or the bus's poller;
 // Counters may be read from any goroutine. A UDPSocket is shared by many
 // UDPConns used concurrently, and SendRound may be called from several
-// goroutines at once; its Run is the one reader goroutine. An RTUPort
+// goroutines at once (a Round is driven by one); its Run is the one reader goroutine. An RTUPort
 // takes its own lock around every request, so units of one port may also be
 // polled from several goroutines (they are then serialised on the line). A
 // TCPPort and its TCPUnitConns are used from one goroutine (the endpoint's bus).

@@ -22,13 +22,19 @@ import (
 // Read* methods return (an exception: IsException; no reply: ErrTimeout).
 // A Request is used by one call at a time.
 type Request struct {
-	Conn *UDPConn // SendRound: the device asked
+	Conn *UDPConn // SendRound, Round: the device asked
 	Func byte     // 1 coils, 2 discrete inputs, 3 holding, 4 input registers
 	Addr uint16
 	Qty  uint16
+	// Deadline (Round only): the reply must come before it.
+	Deadline time.Time
 
 	Data []byte
 	Err  error
+	// Replied (Round and SendRound): when the reply was read off the
+	// socket, so a round-trip time does not include the wait for the rest
+	// of the round; zero when there was no reply.
+	Replied time.Time
 
 	adu  [mbapHeader + 5]byte
 	resp [maxADU]byte
@@ -186,8 +192,10 @@ func (t *udpTransport) prepare(r *Request) *udpPending {
 
 // result turns r's completed pending entry into Data or Err.
 func (r *Request) result(d *device, waited time.Duration) {
+	r.Replied = time.Time{}
 	switch p := &r.pend; p.state {
 	case pendAnswered:
+		r.Replied = p.at
 		r.finish(d, r.resp[:p.n])
 	case pendUntrusted:
 		r.fail(d, errUntrusted)

@@ -164,3 +164,111 @@ func (s *UDPSocket) endSend(r *Request, err error) {
 	}
 	s.mu.Unlock()
 }
+
+// A Round keeps the requests of many UDP devices of one socket in flight for
+// one goroutine that drives them as an event loop: Send puts a batch on the
+// wire (one sendmmsg where the kernel has it), Ready is signalled when every
+// request of some batch has its reply (or failed), and Done takes a request
+// back once it is answered, failed or past its Deadline. The reader
+// goroutine (Run) fills replies in place and wakes the Round's goroutine
+// once per completed batch, never per reply. Matching, checks, counters and
+// errors are those of SendRound.
+//
+// A Round is used by one goroutine; several Rounds and SendRound callers
+// may share a socket. A Request is in at most one Round at a time and is
+// not sent again before Done has returned true for it.
+type Round struct {
+	s  *UDPSocket
+	ch chan struct{} // capacity 1: some batch completed
+	ws []*udpWaiter  // one per batch; free again when its requests all ended
+}
+
+// NewRound returns a Round on s; it starts nothing.
+func (s *UDPSocket) NewRound() *Round { return &Round{s: s, ch: make(chan struct{}, 1)} }
+
+// Ready is signalled (once, capacity 1) when every request of a batch has
+// ended; it may also be signalled when there is nothing left to take.
+func (rd *Round) Ready() <-chan struct{} { return rd.ch }
+
+// waiter returns a batch waiter with nothing pending. Caller holds s.mu.
+func (rd *Round) waiter() *udpWaiter {
+	for _, w := range rd.ws {
+		if w.left == 0 {
+			return w
+		}
+	}
+	w := &udpWaiter{ch: rd.ch}
+	rd.ws = append(rd.ws, w)
+	return w
+}
+
+// Send sends reqs as one batch, back to back, each under a fresh
+// transaction id; each is answered until its Deadline. It returns how many
+// went out; the others (no device of this socket, a closed device, a
+// request that cannot be sent, no free id, refused by the kernel) have
+// already failed: Done returns true for them at once.
+func (rd *Round) Send(reqs []*Request) int {
+	s := rd.s
+	s.mu.Lock()
+	w := rd.waiter()
+	n := 0
+	for _, r := range reqs {
+		r.pend.state = pendIdle
+		r.Data, r.Err = nil, nil
+		if r.Conn == nil || r.Conn.t.s != s {
+			continue
+		}
+		t := r.Conn.t
+		if t.closed || r.check() != nil {
+			continue
+		}
+		p := t.prepare(r)
+		p.w = w
+		if err := s.register(p); err != nil {
+			p.state, p.sendErr = pendExpired, err
+			continue
+		}
+		r.encode(p.tid, t.pend.unit)
+		n++
+	}
+	s.mu.Unlock()
+	if n > 0 {
+		s.sendRound(reqs, n)
+	}
+	return n
+}
+
+// Done reports whether r, sent with Send, has ended at now: answered,
+// failed, or past its Deadline (then it fails with ErrTimeout and a reply
+// that comes later counts as late). When it has, Data and Err are set as
+// after SendRound and r may be sent again; otherwise r stays in flight.
+func (rd *Round) Done(r *Request, now time.Time) bool {
+	s := rd.s
+	s.mu.Lock()
+	if r.pend.state == pendWaiting {
+		if now.Before(r.Deadline) {
+			s.mu.Unlock()
+			return false
+		}
+		s.expire(&r.pend)
+	}
+	s.mu.Unlock()
+	r.Replied = time.Time{}
+	switch {
+	case r.Conn == nil || r.Conn.t.s != s:
+		r.Data, r.Err = nil, errNotThisSocket
+	case r.pend.state == pendIdle:
+		err := r.check()
+		if err == nil {
+			err = net.ErrClosed
+		}
+		r.fail(&r.Conn.device, err)
+	case r.pend.state == pendExpired && r.pend.sendErr != nil:
+		r.fail(&r.Conn.device, r.pend.sendErr)
+		r.pend.sendErr = nil
+	default:
+		r.result(&r.Conn.device, r.Conn.t.timeout)
+	}
+	r.pend.state = pendIdle
+	return true
+}

@@ -283,3 +283,86 @@ func TestUDPRoundWrap(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundPerRequestDeadlines: a Round wakes its goroutine when a batch is
+// complete, not when every request in flight is; a request of another
+// batch stays in flight until its own deadline, then fails with ErrTimeout,
+// and its reply, when it comes, counts as late. A request to a closed
+// device fails at once.
+func TestRoundPerRequestDeadlines(t *testing.T) {
+	for _, noBatch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nobatch=%v", noBatch), func(t *testing.T) {
+			s := startSocketCfg(t, noBatch)
+			fast, err := s.Device(fastUDPDevice(t, "127.0.1.1"), 1, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fast.Close()
+			held := make(chan []byte, 1)
+			var heldTo netip.AddrPort
+			slowR := startUDPResponder(t, "127.0.1.2:0", func(r *udpResponder, src netip.AddrPort, req []byte) {
+				heldTo = src
+				held <- mbap(req, []byte{3, 4, 0, 1, 0, 2})
+			})
+			slow, err := s.Device(slowR.addr, 1, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer slow.Close()
+			closed, err := s.Device(slowR.addr, 2, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed.Close()
+
+			rd := s.NewRound()
+			now := time.Now()
+			a := &Request{Conn: fast, Func: 3, Addr: 7, Qty: 2, Deadline: now.Add(10 * time.Second)}
+			b := &Request{Conn: slow, Func: 3, Addr: 0, Qty: 2, Deadline: now.Add(10 * time.Second)}
+			c := &Request{Conn: closed, Func: 3, Addr: 0, Qty: 2, Deadline: now.Add(10 * time.Second)}
+			if n := rd.Send([]*Request{b}); n != 1 {
+				t.Fatalf("slow batch: %d sent", n)
+			}
+			if n := rd.Send([]*Request{a, c}); n != 1 {
+				t.Fatalf("fast batch: %d sent, want 1 (the closed device's fails)", n)
+			}
+			if !rd.Done(c, time.Now()) || !errors.Is(c.Err, net.ErrClosed) {
+				t.Fatalf("closed device: %v", c.Err)
+			}
+			select {
+			case <-rd.Ready():
+			case <-time.After(5 * time.Second):
+				t.Fatal("no wake-up for the completed batch")
+			}
+			// The round-trip ends when the reply was read, not when Done is
+			// asked: a round's replies are handled together.
+			asked := time.Now().Add(time.Hour)
+			if !rd.Done(a, asked) {
+				t.Fatal("fast request not done after its batch completed")
+			}
+			checkRead2(t, a)
+			if a.Replied.Before(now) || !a.Replied.Before(asked.Add(-time.Hour+time.Second)) {
+				t.Fatalf("Replied %v: want between the send (%v) and now", a.Replied, now)
+			}
+			if !c.Replied.IsZero() {
+				t.Fatalf("a request that failed has Replied %v", c.Replied)
+			}
+			if rd.Done(b, time.Now()) {
+				t.Fatalf("slow request done before its deadline: %v", b.Err)
+			}
+			rep := <-held // the slow device got its request; its reply comes after the deadline
+			if !rd.Done(b, b.Deadline) || !errors.Is(b.Err, ErrTimeout) {
+				t.Fatalf("slow request at its deadline: %v", b.Err)
+			}
+			if _, err := slowR.conn.WriteToUDPAddrPort(rep, heldTo); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, "the late reply counted", func() bool { return slow.Counters().Late == 1 })
+			// The requests can go again.
+			a.Addr, a.Deadline = 9, time.Now().Add(10*time.Second)
+			rd.Send([]*Request{a})
+			waitFor(t, 5*time.Second, "the second fast reply", func() bool { return rd.Done(a, time.Now()) })
+			checkRead2(t, a)
+		})
+	}
+}

@@ -149,6 +149,7 @@ type udpPending struct {
 	req      []byte // request PDU (function code + data), checked against the reply
 	resp     []byte // the reply ADU is copied here (len maxADU)
 	n        int
+	at       time.Time // when the reply was read off the socket
 	state    uint8
 	tainted  bool
 	w        *udpWaiter
@@ -358,9 +359,10 @@ func (s *UDPSocket) readBatches(ctx context.Context) error {
 		if err != nil {
 			return s.readErr(ctx, err)
 		}
+		now := time.Now() // one clock read per batch: the replies' arrival
 		s.mu.Lock()
 		for i := range n {
-			s.dispatchLocked(b.source(i), bufs[i][:b.length(i)])
+			s.dispatchLocked(b.source(i), bufs[i][:b.length(i)], now)
 		}
 		s.mu.Unlock()
 	}
@@ -380,8 +382,9 @@ func unmap(ap netip.AddrPort) netip.AddrPort {
 // dispatch matches one datagram (b is reused by the caller: copied before
 // it is handed on).
 func (s *UDPSocket) dispatch(src netip.AddrPort, b []byte) {
+	now := time.Now()
 	s.mu.Lock()
-	s.dispatchLocked(src, b)
+	s.dispatchLocked(src, b, now)
 	s.mu.Unlock()
 }
 
@@ -390,8 +393,8 @@ func (s *UDPSocket) dispatch(src netip.AddrPort, b []byte) {
 // transaction id, a well-formed MBAP header, the request's unit and
 // function (or its exception) and the length the request asked for
 // (checkPDU); anything else is dropped and counted, and the request keeps
-// waiting for its own reply.
-func (s *UDPSocket) dispatchLocked(src netip.AddrPort, b []byte) {
+// waiting for its own reply. now is when b was read off the socket.
+func (s *UDPSocket) dispatchLocked(src netip.AddrPort, b []byte, now time.Time) {
 	src = unmap(src)
 	d := s.dests[src]
 	if d == nil {
@@ -450,6 +453,7 @@ func (s *UDPSocket) dispatchLocked(src netip.AddrPort, b []byte) {
 		p.state = pendUntrusted
 	} else {
 		p.n = copy(p.resp, b)
+		p.at = now
 		p.state = pendAnswered
 	}
 	p.w.done()
