@@ -29,7 +29,7 @@ type gateway struct {
 	up    *stats.Upstream    // nil when no upstream is configured
 	queue *spool.Queue       // nil when no upstream is configured
 	push  *push.Pusher       // nil when no upstream is configured
-	spb   *sparkplugParts    // nil without [upstream.sparkplug] (sparkplug_wire.go)
+	spb   *sparkplugParts    // nil without [upstream.sparkplug] (sparkplug_mapping.go)
 	acq   *stats.Acquisition // gateway-wide acquisition counters (UDP datagrams from no device)
 }
 

@@ -2,19 +2,18 @@ package push
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"edgegw/internal/backoff"
+	"edgegw/internal/tlsfile"
 	"edgegw/ringstore"
 	"edgegw/spool"
 	"edgegw/stats"
@@ -191,7 +190,7 @@ func New(cfg Config) (*Pusher, error) {
 		if perr != nil || (u.Scheme != "ws" && u.Scheme != "wss") {
 			return nil, fmt.Errorf("push: websocket: url %q: want ws:// or wss://", w.URL)
 		}
-		if p.tlsWS, err = tlsConfig(w.CAFile, w.CertFile, w.KeyFile, w.ServerName); err != nil {
+		if p.tlsWS, err = tlsfile.Client(w.CAFile, w.CertFile, w.KeyFile, w.ServerName); err != nil {
 			return nil, fmt.Errorf("push: websocket: %w", err)
 		}
 		p.wsOrigin = "websocket uplink " + u.Host
@@ -206,7 +205,7 @@ func New(cfg Config) (*Pusher, error) {
 		if u, err := url.Parse(m.Broker); err == nil && u.Host != "" {
 			p.mqttOrigin = "mqtt " + u.Host
 		}
-		if p.tlsMQTT, err = tlsConfig(m.CAFile, m.CertFile, m.KeyFile, m.ServerName); err != nil {
+		if p.tlsMQTT, err = tlsfile.Client(m.CAFile, m.CertFile, m.KeyFile, m.ServerName); err != nil {
 			return nil, fmt.Errorf("push: mqtt: %w", err)
 		}
 	}
@@ -219,32 +218,4 @@ func orDur(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
-}
-
-// tlsConfig loads the optional CA and client certificate; nil when no file
-// and no server name is given (the system roots then apply for wss/ssl).
-func tlsConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
-	if caFile == "" && certFile == "" && keyFile == "" && serverName == "" {
-		return nil, nil
-	}
-	c := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("ca file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca file %s: no certificate", caFile)
-		}
-		c.RootCAs = pool
-	}
-	if certFile != "" || keyFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
 }

@@ -3,7 +3,6 @@ package sparkplug
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"edgegw/internal/backoff"
+	"edgegw/internal/tlsfile"
 	"edgegw/ringstore"
 	"edgegw/spool"
 	"edgegw/stats"
@@ -216,7 +216,7 @@ func New(cfg Config) (*Node, error) {
 		n.byName[d.Name] = len(n.devs)
 		n.devs = append(n.devs, di)
 	}
-	if n.tlsConf, err = tlsConfig(cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.ServerName); err != nil {
+	if n.tlsConf, err = tlsfile.Client(cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.ServerName); err != nil {
 		return nil, fmt.Errorf("sparkplug: %w", err)
 	}
 	return n, nil
@@ -332,32 +332,6 @@ func orDur(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
-}
-
-func tlsConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
-	if caFile == "" && certFile == "" && keyFile == "" && serverName == "" {
-		return nil, nil
-	}
-	c := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("ca file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca file %s: no certificate", caFile)
-		}
-		c.RootCAs = pool
-	}
-	if certFile != "" || keyFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
 }
 
 // Topic returns spBv1.0/<group>/<typ>/<node>[/<device>].
