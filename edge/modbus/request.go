@@ -165,16 +165,7 @@ func (c *UDPConn) Do(r *Request) {
 	}
 	req := r.encode(p.tid, c.unit)
 	_, werr := s.conn.WriteToUDPAddrPort(req, t.dst)
-	if werr == nil {
-		t.w.wait(t.timeout)
-	}
-	s.mu.Lock()
-	s.expire(p)
-	s.mu.Unlock()
-	select { // a signal sent after the wait gave up
-	case <-t.w.ch:
-	default:
-	}
+	t.await(p, werr == nil)
 	if werr != nil && p.state == pendExpired {
 		r.fail(&c.device, werr)
 		return

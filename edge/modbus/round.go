@@ -25,28 +25,7 @@ func (s *UDPSocket) SendRound(reqs []*Request, deadline time.Time) {
 	start := time.Now()
 	w := s.waiter()
 	s.mu.Lock()
-	n := 0
-	for _, r := range reqs {
-		if r == nil {
-			continue
-		}
-		r.pend.state = pendIdle
-		if r.Conn == nil || r.Conn.t.s != s {
-			continue // failed below
-		}
-		t := r.Conn.t
-		if t.closed || r.check() != nil {
-			continue
-		}
-		p := t.prepare(r)
-		p.w = w
-		if err := s.register(p); err != nil {
-			p.state, p.sendErr = pendExpired, err
-			continue
-		}
-		r.encode(p.tid, t.pend.unit)
-		n++
-	}
+	n := s.enqueueLocked(reqs, w)
 	s.mu.Unlock()
 	if n > 0 {
 		s.sendRound(reqs, n)
@@ -202,17 +181,17 @@ func (rd *Round) waiter() *udpWaiter {
 	return w
 }
 
-// Send sends reqs as one batch, back to back, each under a fresh
-// transaction id; each is answered until its Deadline. It returns how many
-// went out; the others (no device of this socket, a closed device, a
-// request that cannot be sent, no free id, refused by the kernel) have
-// already failed: Done returns true for them at once.
-func (rd *Round) Send(reqs []*Request) int {
-	s := rd.s
-	s.mu.Lock()
-	w := rd.waiter()
+// enqueueLocked gives each request of reqs to this socket (nil entries
+// skipped): a fresh transaction id, registered under waiter w, the ADU
+// encoded. It returns how many are to be sent; the others (no device of
+// this socket, a closed device, a request that cannot be sent, no free id)
+// keep a state their caller turns into the error. Caller holds mu.
+func (s *UDPSocket) enqueueLocked(reqs []*Request, w *udpWaiter) int {
 	n := 0
 	for _, r := range reqs {
+		if r == nil {
+			continue
+		}
 		r.pend.state = pendIdle
 		r.Data, r.Err = nil, nil
 		if r.Conn == nil || r.Conn.t.s != s {
@@ -231,6 +210,19 @@ func (rd *Round) Send(reqs []*Request) int {
 		r.encode(p.tid, t.pend.unit)
 		n++
 	}
+	return n
+}
+
+// Send sends reqs as one batch, back to back, each under a fresh
+// transaction id; each is answered until its Deadline. It returns how many
+// went out; the others (no device of this socket, a closed device, a
+// request that cannot be sent, no free id, refused by the kernel) have
+// already failed: Done returns true for them at once.
+func (rd *Round) Send(reqs []*Request) int {
+	s := rd.s
+	s.mu.Lock()
+	w := rd.waiter()
+	n := s.enqueueLocked(reqs, w)
 	s.mu.Unlock()
 	if n > 0 {
 		s.sendRound(reqs, n)

@@ -197,6 +197,22 @@ func (w *udpWaiter) wait(d time.Duration) bool {
 
 // register allocates p a fresh transaction id for its destination and puts
 // it in flight. Caller holds mu.
+// await waits for p's reply until t.timeout when its datagram went out
+// (sent), then takes p out of the pending set and drains a wake-up sent
+// after the wait gave up, so t's waiter is clean for the next request.
+func (t *udpTransport) await(p *udpPending, sent bool) {
+	if sent {
+		t.w.wait(t.timeout)
+	}
+	t.s.mu.Lock()
+	t.s.expire(p)
+	t.s.mu.Unlock()
+	select {
+	case <-t.w.ch:
+	default:
+	}
+}
+
 func (s *UDPSocket) register(p *udpPending) error {
 	d := p.dest
 	for range 1024 {
@@ -580,16 +596,7 @@ func (t *udpTransport) Send(req []byte) ([]byte, error) {
 	binary.BigEndian.PutUint16(t.buf, p.tid)
 
 	_, werr := s.conn.WriteToUDPAddrPort(t.buf, t.dst)
-	if werr == nil {
-		t.w.wait(t.timeout)
-	}
-	s.mu.Lock()
-	s.expire(p)
-	s.mu.Unlock()
-	select { // a signal sent after the wait gave up
-	case <-t.w.ch:
-	default:
-	}
+	t.await(p, werr == nil)
 	switch p.state {
 	case pendAnswered:
 		resp := append([]byte(nil), p.resp[:p.n]...)
