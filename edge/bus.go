@@ -43,7 +43,8 @@ func (b *bus) stuck(now time.Time, limit time.Duration) error {
 
 // run polls until ctx is done (TCP and RTU buses). Timing rules (the UDP
 // round keeps the same):
-//   - device d's windows start at start+offset+k*interval; a poll may use its
+//   - device d's windows start at d.next (set by startBus: on the run's grid,
+//     plus its offset) + k*interval; a poll may use its
 //     window for retries and must end inside it to count as valid; a poll
 //     may start up to RoundWindow early, with devices due just after it;
 //   - a poll that ends after later windows have begun skips them: each
@@ -56,12 +57,7 @@ func (b *bus) stuck(now time.Time, limit time.Duration) error {
 // The bus has no timer of its own: it tells clk when its next device is
 // due and sleeps until clk wakes it (with every other bus due then), a
 // write is queued, or ctx ends.
-func (b *bus) run(ctx context.Context, start time.Time, sink Sink, clk *clock) {
-	for _, d := range b.devices {
-		if d.next.IsZero() { // a device taken over by a reload keeps its schedule
-			d.next = start.Add(d.offset)
-		}
-	}
+func (b *bus) run(ctx context.Context, sink Sink, clk *clock) {
 	defer b.closeWriteConns()
 	defer clk.forget(b)
 	for {

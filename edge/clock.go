@@ -9,7 +9,8 @@ import (
 // RoundWindow is how close in time devices must be due to be polled by
 // one wake-up: a device due within RoundWindow of a wake-up is polled then,
 // that much early at most (its window, and so its deadline, does not
-// move). Devices of one stagger slot are due at the same instant.
+// move). Devices of one interval (TCP, UDP) or stagger slot (RTU) are due
+// at the same instant.
 const RoundWindow = 2 * time.Millisecond
 
 // clock wakes the TCP and RTU bus goroutines of a Run with one timer:

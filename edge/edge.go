@@ -135,13 +135,16 @@ func New(cfg Config) (*Scheduler, error) {
 	return s, nil
 }
 
-// StaggerSlots is how many start times the TCP and RTU devices of one
-// interval are spread over. Devices of one slot are woken by one timer
-// event (the clock), which costs far less than as many separate wake-ups,
-// while the load is still spread over the interval. UDP devices are not
-// staggered: every UDP device of an interval is due at its start and is
-// polled by one wake-up of the UDP round, its requests sent back to back in
-// one batch (one request per device: no device gets a burst).
+// StaggerSlots is how many start times the RTU devices of one interval
+// are spread over (a serial line is slow: its polls are spread over the
+// interval, each with room for its retries). Devices of one slot are woken
+// by one timer event (the clock). TCP and UDP devices are not staggered:
+// every one of an interval is due at its start, which costs far less than
+// a wake-up per slot: the UDP ones are polled by one wake-up of the UDP
+// round, their requests sent back to back in one batch; the TCP buses are
+// woken together by one firing of the clock, each then polling its own
+// connection (one request at a time per connection: no device or gateway
+// gets a burst).
 const StaggerSlots = 8
 
 // staggerOffset is device i of n's start within its interval: slot i mod
@@ -153,8 +156,8 @@ func staggerOffset(interval time.Duration, i, n int) time.Duration {
 
 // buildDevices makes the devices of a config, in order. A device of old
 // whose resolved config is unchanged is taken over as it is (statistics,
-// connection, schedule). New TCP and RTU devices are staggered
-// (staggerOffset); UDP devices start together.
+// connection, schedule). New RTU devices are staggered (staggerOffset);
+// TCP and UDP devices start together.
 func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]*device, error) {
 	seen := map[string]bool{}
 	devs := make([]*device, 0, len(dcs))
@@ -170,7 +173,7 @@ func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]
 		if o := old[dc.Name]; o != nil && reflect.DeepEqual(o.cfg, d.cfg) {
 			d = o
 		} else {
-			if dc.Transport != TransportUDP {
+			if dc.Transport == TransportRTU {
 				d.offset = staggerOffset(d.cfg.Interval, i, len(dcs))
 			}
 		}

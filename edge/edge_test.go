@@ -485,18 +485,53 @@ func TestOverrunSkipsInsteadOfStacking(t *testing.T) {
 }
 
 func TestStaggeredStart(t *testing.T) {
+	// RTU devices are spread over the interval; TCP and UDP ones start
+	// together (one wake-up per interval).
 	var devs []DeviceConfig
 	for i := 0; i < 4; i++ {
-		devs = append(devs, devCfg(fmt.Sprint(i), TransportTCP, "127.0.0.1:1", time.Second, 100*time.Millisecond, thTags()))
+		devs = append(devs, devCfg(fmt.Sprint("rtu", i), TransportRTU, "/dev/ttyNOPE", time.Second, 100*time.Millisecond, thTags()))
+	}
+	for i := 0; i < 4; i++ {
+		devs = append(devs, devCfg(fmt.Sprint("tcp", i), TransportTCP, fmt.Sprintf("127.0.0.%d:502", i+1), time.Second, 100*time.Millisecond, thTags()))
+		devs = append(devs, devCfg(fmt.Sprint("udp", i), TransportUDP, fmt.Sprintf("127.0.0.%d:502", i+1), time.Second, 100*time.Millisecond, thTags()))
 	}
 	s, err := New(Config{Devices: devs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, d := range s.devices {
-		if want := time.Duration(i) * 250 * time.Millisecond; d.offset != want {
-			t.Errorf("device %d offset %v, want %v", i, d.offset, want)
+	rtu := map[time.Duration]bool{}
+	for _, d := range s.devices {
+		if d.cfg.Transport == TransportRTU {
+			rtu[d.offset] = true
+		} else if d.offset != 0 {
+			t.Errorf("%s device %s offset %v, want 0", d.cfg.Transport, d.cfg.Name, d.offset)
 		}
+	}
+	if len(rtu) != 4 {
+		t.Errorf("4 RTU devices at %d start times, want 4: %v", len(rtu), rtu)
+	}
+}
+
+func TestAligned(t *testing.T) {
+	epoch := time.Unix(1000, 0)
+	for _, c := range []struct {
+		t, want time.Duration // after epoch
+		iv      time.Duration
+	}{
+		{0, 0, time.Second},
+		{-5 * time.Second, -5 * time.Second, time.Second}, // before the epoch: as is
+		{1, time.Second, time.Second},
+		{time.Second, time.Second, time.Second},
+		{1500 * time.Millisecond, 2 * time.Second, time.Second},
+		{1550 * time.Millisecond, 1600 * time.Millisecond, 100 * time.Millisecond},
+	} {
+		if got := aligned(epoch, epoch.Add(c.t), c.iv); !got.Equal(epoch.Add(c.want)) {
+			t.Errorf("aligned(epoch+%v, %v) = epoch+%v, want epoch+%v", c.t, c.iv, got.Sub(epoch), c.want)
+		}
+	}
+	now := time.Now()
+	if got := aligned(time.Time{}, now, time.Second); !got.Equal(now) {
+		t.Errorf("no epoch: %v, want %v", got, now)
 	}
 }
 

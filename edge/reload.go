@@ -28,7 +28,7 @@ type reloadReq struct {
 // polling on its schedule, with its statistics and connection: no window is
 // missed (a bus shared with a changed device restarts between two polls).
 // Removed devices stop and their connections close; new and changed ones
-// start, staggered. Reads of Devices and Plan see either the old set or the
+// start on the run's grid (aligned), RTU devices staggered. Reads of Devices and Plan see either the old set or the
 // new one. An invalid set is refused and the running one stays. A new
 // device whose transport does not open is added down (see Run) and
 // retried by its bus; that is no error. Reload returns an error if Run is not running (ctx decides how long to wait).

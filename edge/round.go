@@ -51,7 +51,6 @@ type udpRound struct {
 	fly    []flying          // polls with a request in flight
 	out    []*modbus.Request // requests to send at the end of this turn
 	pend   []*roundCtl       // changes waiting for their buses to be idle
-	epoch  time.Time         // the first devices' start: later ones join its rounds
 	failed bool              // a request of the last batch failed at once
 }
 
@@ -150,17 +149,6 @@ func (r *udpRound) run(ctx context.Context) {
 			r.pend = append(r.pend, c)
 		}
 	}
-}
-
-// aligned is the first start of an interval iv after the epoch at or
-// after t: a device added by a reload joins the rounds of the devices
-// already there instead of making rounds of its own.
-func (r *udpRound) aligned(t time.Time, iv time.Duration) time.Time {
-	if !t.After(r.epoch) {
-		return t
-	}
-	k := (t.Sub(r.epoch) + iv - 1) / iv
-	return r.epoch.Add(k * iv)
 }
 
 // nextWake is the earliest deadline or peek time of a request in flight
@@ -335,14 +323,11 @@ func (r *udpRound) settle() {
 			b.leaving = false
 			b.closeWriteConns()
 		}
-		if r.epoch.IsZero() {
-			r.epoch = c.start
-		}
 		for _, b := range c.add {
 			b.state = roundIdle
 			for _, d := range b.devices {
 				if d.next.IsZero() { // a device taken over by a reload keeps its schedule
-					d.next = r.aligned(c.start, d.cfg.Interval)
+					d.next = aligned(r.rs.epoch, c.start, d.cfg.Interval)
 				}
 			}
 			r.buses = append(r.buses, b)

@@ -296,7 +296,7 @@ func TestZeroAllocsPerPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rs := &runState{s: s, ctx: ctx, ports: map[string]*portRef{}, failed: map[string]*openFailure{}, buses: map[*bus]*busRunner{},
+	rs := &runState{s: s, ctx: ctx, epoch: time.Now(), ports: map[string]*portRef{}, failed: map[string]*openFailure{}, buses: map[*bus]*busRunner{},
 		clock: newClock(), udpB: map[*bus]bool{}}
 	defer func() {
 		cancel()

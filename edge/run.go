@@ -18,6 +18,7 @@ import (
 type runState struct {
 	s     *Scheduler
 	ctx   context.Context
+	epoch time.Time      // Run's start: every device's windows are aligned to it (aligned)
 	wg    sync.WaitGroup // the UDP reader, the clock, the UDP round and the bus goroutines
 	buses map[*bus]*busRunner
 	clock *clock
@@ -88,7 +89,7 @@ func (f *openFailure) failed(now time.Time, err error) {
 // OpenRetryMax, jittered) while everything else polls.
 func (s *Scheduler) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
-	rs := &runState{s: s, ctx: ctx, ports: map[string]*portRef{}, failed: map[string]*openFailure{}, buses: map[*bus]*busRunner{},
+	rs := &runState{s: s, ctx: ctx, epoch: time.Now(), ports: map[string]*portRef{}, failed: map[string]*openFailure{}, buses: map[*bus]*busRunner{},
 		clock: newClock(), udpB: map[*bus]bool{}}
 	defer func() {
 		cancel()
@@ -115,7 +116,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		defer rs.wg.Done()
 		rs.clock.run(ctx)
 	}()
-	rs.startBuses(buses, time.Now())
+	rs.startBuses(buses, rs.epoch)
 	for {
 		select {
 		case <-ctx.Done():
@@ -331,8 +332,15 @@ func (rs *runState) startBuses(bs []*bus, start time.Time) {
 	rs.round.change(udp, nil, start)
 }
 
-// startBus runs b in its own goroutine until stopBuses.
+// startBus runs b in its own goroutine until stopBuses. Its new devices'
+// first windows start on the run's grid (aligned) at or after start, plus
+// their stagger offset; a device taken over by a reload keeps its schedule.
 func (rs *runState) startBus(b *bus, start time.Time) {
+	for _, d := range b.devices {
+		if d.next.IsZero() {
+			d.next = aligned(rs.epoch, start, d.cfg.Interval).Add(d.offset)
+		}
+	}
 	ctx, cancel := context.WithCancel(rs.ctx)
 	r := &busRunner{cancel: cancel, done: make(chan struct{})}
 	rs.buses[b] = r
@@ -343,7 +351,7 @@ func (rs *runState) startBus(b *bus, start time.Time) {
 	go func() {
 		defer rs.wg.Done()
 		defer close(r.done)
-		b.run(ctx, start, rs.s.cfg.Sink, rs.clock)
+		b.run(ctx, rs.s.cfg.Sink, rs.clock)
 	}()
 }
 
@@ -377,4 +385,16 @@ func (rs *runState) stopBuses(keep func(*bus) bool) {
 	for _, r := range stopped {
 		<-r.done
 	}
+}
+
+// aligned is the first start of an interval iv after epoch (epoch + k·iv)
+// at or after t: a device added by a reload joins the wake-ups of the
+// devices already there (the UDP round's rounds, the clock's firings for
+// the buses) instead of making wake-ups of its own.
+func aligned(epoch, t time.Time, iv time.Duration) time.Time {
+	if epoch.IsZero() || !t.After(epoch) {
+		return t
+	}
+	k := (t.Sub(epoch) + iv - 1) / iv
+	return epoch.Add(k * iv)
 }

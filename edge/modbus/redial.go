@@ -35,6 +35,7 @@ type redialer struct {
 	good   bool // the current stream has carried a good reply
 	free   bool // closed after good replies: the next dial needs no backoff
 	down   bool // logged as down, log again when back
+	extra  int  // bytes read after the last reply frame: the stream is out of step
 }
 
 func (r *redialer) get() (net.Conn, error) {
@@ -59,7 +60,7 @@ func (r *redialer) get() (net.Conn, error) {
 		r.cnt.reconnects.Add(1)
 	}
 	r.dialed = true
-	r.conn = c
+	r.conn, r.extra = c, 0
 	r.good, r.free = false, false
 	return c, nil
 }

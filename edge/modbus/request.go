@@ -115,25 +115,48 @@ func (c *TCPConn) Do(r *Request) {
 
 // exchangeInto writes req and reads one reply frame into buf (len maxADU),
 // its MBAP header checked against req's (checkMBAP); it returns the frame's
-// length.
+// length. It reads what the socket has, up to maxADU bytes, so a reply that
+// arrived whole (nearly all of them) costs one read; bytes after the frame
+// (a duplicate, a late answer) put the stream out of step: the next
+// exchange fails at once and the stream is closed (no stale frame is ever
+// taken as an answer). The deadline is cleared after the reply so an idle
+// stream holds no armed timer.
 func (t *tcpTransport) exchangeInto(req, buf []byte) (int, error) {
-	conn := t.rd.conn
+	rd := t.rd
+	if rd.extra > 0 {
+		return 0, frameErr("%d bytes after the last reply", rd.extra)
+	}
+	conn := rd.conn
 	if err := conn.SetDeadline(time.Now().Add(t.timeout)); err != nil {
 		return 0, err
 	}
 	if _, err := conn.Write(req); err != nil {
 		return 0, classify(err, t.timeout)
 	}
-	if _, err := io.ReadFull(conn, buf[:mbapHeader]); err != nil {
-		return 0, classify(err, t.timeout)
+	have, n := 0, mbapHeader
+	for have < n {
+		k, err := conn.Read(buf[have:maxADU])
+		if k == 0 && err == nil {
+			err = io.ErrNoProgress
+		}
+		if err != nil {
+			if err == io.EOF && have > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, classify(err, t.timeout)
+		}
+		have += k
+		if n == mbapHeader && have >= mbapHeader {
+			length := int(binary.BigEndian.Uint16(buf[4:]))
+			if length < 2 || length > mbapMaxLength {
+				return 0, frameErr("mbap length %d not in 2..%d", length, mbapMaxLength)
+			}
+			n = mbapHeader - 1 + length
+		}
 	}
-	length := int(binary.BigEndian.Uint16(buf[4:]))
-	if length < 2 || length > mbapMaxLength {
-		return 0, frameErr("mbap length %d not in 2..%d", length, mbapMaxLength)
-	}
-	n := mbapHeader - 1 + length
-	if _, err := io.ReadFull(conn, buf[mbapHeader:n]); err != nil {
-		return 0, classify(err, t.timeout)
+	rd.extra = have - n
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		return 0, err
 	}
 	if err := checkMBAP(req, buf[:n]); err != nil {
 		return 0, err

@@ -314,3 +314,72 @@ func TestTCPRedialAtOnceAfterGoodStreamThenBackoff(t *testing.T) {
 		t.Fatalf("after a failed redial: %v, want ErrBackoff", err)
 	}
 }
+
+// TestTCPSplitAndDoubledReplies: a reply that arrives in pieces is read
+// whole; a reply sent twice (the second copy in the same read or not)
+// puts the stream out of step: the next request fails with a frame error
+// instead of taking the copy as its answer, and the one after redials at
+// once and is answered.
+func TestTCPSplitAndDoubledReplies(t *testing.T) {
+	sl := newSlave()
+	srv := startTCPServer(t, func(c net.Conn) {
+		for {
+			req, err := readMBAP(c)
+			if err != nil {
+				return
+			}
+			out := mbap(req, sl.pdu(req[7:]))
+			switch binary.BigEndian.Uint16(req[8:]) { // register address selects the behaviour
+			case 20: // in three pieces, a slow gateway's segments
+				for _, part := range [][]byte{out[:3], out[3:9], out[9:]} {
+					if _, err := c.Write(part); err != nil {
+						return
+					}
+					time.Sleep(5 * time.Millisecond) // the device's pace, not synchronisation
+				}
+				continue
+			case 21: // twice in one write
+				out = append(out, out...)
+			}
+			if _, err := c.Write(out); err != nil {
+				return
+			}
+		}
+	})
+	c := newTestTCP(srv.addr, time.Second)
+	defer c.Close()
+	for i := range 3 {
+		b, err := c.ReadHoldingRegisters(20, 2)
+		if err != nil {
+			t.Fatalf("split reply %d: %v", i, err)
+		}
+		if got := u16s(b); len(got) != 2 || got[0] != 20*7 || got[1] != 21*7 {
+			t.Fatalf("split reply %d: %v", i, got)
+		}
+	}
+	want, err := c.ReadHoldingRegisters(100, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReadHoldingRegisters(21, 2); err != nil {
+		t.Fatalf("doubled reply: the first copy is the answer: %v", err)
+	}
+	_, err = c.ReadHoldingRegisters(100, 2)
+	var fe *FrameError
+	if !errors.As(err, &fe) {
+		t.Fatalf("after a doubled reply: %v, want a frame error (the copy must not be an answer)", err)
+	}
+	got, err := c.ReadHoldingRegisters(100, 2) // redialled at once: the stream had carried good replies
+	if err != nil {
+		t.Fatalf("after the frame error: %v", err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("read %v after the redial, want %v", u16s(got), u16s(want))
+	}
+	if cn := c.Counters(); cn.Reconnects != 1 || cn.Dropped != 1 {
+		t.Errorf("counters %+v, want 1 reconnect and 1 dropped", cn)
+	}
+	if n := srv.acceptedCount(); n != 2 {
+		t.Errorf("%d connections accepted, want 2", n)
+	}
+}
