@@ -148,7 +148,7 @@ func (r *DeliverReport) table() *table {
 // compareTable is the medians of each side and the ratios after / before.
 func (r *DeliverReport) compareTable() *table {
 	t := &table{head: []string{"method", "clients", "runs", "before p50 ms", "before p99 ms", "before cpu %",
-		"p50 ms", "p99 ms", "cpu %", "p99 after/before", "cpu after/before"}}
+		"after p50 ms", "after p99 ms", "after cpu %", "p99 after/before", "cpu after/before"}}
 	for _, c := range r.Compare {
 		b := []string{"–", "–", "–"}
 		if c.Before != nil {
