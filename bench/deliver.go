@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,10 +46,21 @@ type DeliverConfig struct {
 	Drain       time.Duration // after the source pauses, how long clients may take to catch up; 3s
 	// Mosquitto is the mosquitto binary; "" looks on PATH; "off" skips it.
 	Mosquitto string
-	Exec      Exec
-	Logger    *slog.Logger
+	// Before runs another edgegw lab binary (say, built from an earlier
+	// commit; Path "" for none): every short, long and ws step then also
+	// runs against its gateway child, with this process's clients, as the
+	// method "METHOD@before", interleaved with this binary's (see Repeat).
+	Before Exec
+	// Repeat runs every step this many times (default 1); with Before, the
+	// pair before/after is repeated, the order alternating (before, after;
+	// after, before; …) so neither side always runs first. With Before or
+	// Repeat > 1 the report's Compare has the medians.
+	Repeat int
+	Exec   Exec
+	Logger *slog.Logger
 	// Profile, when set, is a directory where each gateway child writes a
-	// CPU profile of its whole run (deliver-METHOD-N.pprof).
+	// CPU profile of its whole run (deliver-METHOD-N.pprof; METHOD-before
+	// for Before's child; -rK appended for run K when Repeat > 1).
 	Profile string
 }
 
@@ -76,6 +89,9 @@ func (c DeliverConfig) fill() DeliverConfig {
 	if c.Drain <= 0 {
 		c.Drain = 3 * time.Second
 	}
+	if c.Repeat <= 0 {
+		c.Repeat = 1
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -84,10 +100,11 @@ func (c DeliverConfig) fill() DeliverConfig {
 
 // StepReport is one method at one client count.
 type StepReport struct {
-	Method    string  `json:"method"`
+	Method    string  `json:"method"` // METHOD, or METHOD@before (DeliverConfig.Before's gateway)
 	Clients   int     `json:"clients"`
-	Connected int     `json:"connected"` // clients that got a first reply
-	Seconds   float64 `json:"seconds"`   // measured window
+	Run       int     `json:"run,omitempty"` // 1…Repeat when the step is repeated
+	Connected int     `json:"connected"`     // clients that got a first reply
+	Seconds   float64 `json:"seconds"`       // measured window
 	Where     string  `json:"where"`
 	Skipped   string  `json:"skipped,omitempty"`
 
@@ -141,7 +158,71 @@ type DeliverReport struct {
 	Duration    string       `json:"duration"`
 	ShortPeriod string       `json:"short_period"`
 	Source      string       `json:"source"`
-	Steps       []StepReport `json:"steps"`
+	Before      string       `json:"before,omitempty"` // the other binary of the METHOD@before steps
+	Repeat      int          `json:"repeat,omitempty"`
+	Steps       []StepReport `json:"steps"` // in the order run
+	Compare     []Compare    `json:"compare,omitempty"`
+}
+
+// Side is the medians of one side's runs of one method at one client count.
+type Side struct {
+	Runs   int     `json:"runs"`
+	LatP50 float64 `json:"latency_p50_ms"`
+	LatP99 float64 `json:"latency_p99_ms"`
+	CPU    float64 `json:"cpu_percent"`
+}
+
+// Compare is one method at one client count over its runs: this binary's
+// gateway (After) and, with Before, the other binary's, and the ratios
+// after / before of the medians (0 when there is no before side).
+type Compare struct {
+	Method   string  `json:"method"`
+	Clients  int     `json:"clients"`
+	After    Side    `json:"after"`
+	Before   *Side   `json:"before,omitempty"`
+	P99Ratio float64 `json:"p99_ratio,omitempty"`
+	CPURatio float64 `json:"cpu_ratio,omitempty"`
+}
+
+// median of v (the mean of the middle two when len(v) is even); 0 for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// sideOf is the medians of the steps (skipped ones left out).
+func sideOf(steps []StepReport) Side {
+	var p50, p99, cpu []float64
+	for _, s := range steps {
+		if s.Skipped != "" {
+			continue
+		}
+		p50, p99, cpu = append(p50, s.LatP50), append(p99, s.LatP99), append(cpu, s.CPUPercent)
+	}
+	return Side{Runs: len(p99), LatP50: median(p50), LatP99: median(p99), CPU: median(cpu)}
+}
+
+// compare folds the runs of one method at one client count.
+func compare(method string, clients int, after, before []StepReport, withBefore bool) Compare {
+	c := Compare{Method: method, Clients: clients, After: sideOf(after)}
+	if withBefore {
+		b := sideOf(before)
+		c.Before = &b
+		if b.LatP99 > 0 {
+			c.P99Ratio = c.After.LatP99 / b.LatP99
+		}
+		if b.CPU > 0 {
+			c.CPURatio = c.After.CPU / b.CPU
+		}
+	}
+	return c
 }
 
 // DeliverStudy is the SCADA study's headline at 1000 clients.
@@ -170,6 +251,12 @@ func RunDeliver(ctx context.Context, cfg DeliverConfig) (*DeliverReport, error) 
 			return nil, fmt.Errorf("bench: deliver: method %q is not short, long, ws or mqtt", m)
 		}
 	}
+	if cfg.Before.Path != "" {
+		rep.Before = cfg.Before.Path
+	}
+	if cfg.Repeat > 1 {
+		rep.Repeat = cfg.Repeat
+	}
 	for _, m := range cfg.Methods {
 		for _, n := range cfg.Clients {
 			if err := ctx.Err(); err != nil {
@@ -179,25 +266,78 @@ func RunDeliver(ctx context.Context, cfg DeliverConfig) (*DeliverReport, error) 
 				rep.Steps = append(rep.Steps, StepReport{Method: m, Clients: n, Skipped: fmt.Sprintf("file limit %d too low", limit)})
 				continue
 			}
-			cfg.Logger.Info("bench: deliver", "method", m, "clients", n, "duration", cfg.Duration)
-			var st StepReport
-			var err error
-			if m == MethodMQTT {
-				if mosq == "" {
-					rep.Steps = append(rep.Steps, StepReport{Method: m, Clients: n, Skipped: whyNot})
-					continue
+			if m == MethodMQTT && mosq == "" {
+				rep.Steps = append(rep.Steps, StepReport{Method: m, Clients: n, Skipped: whyNot})
+				continue
+			}
+			// The sides of this step: this binary's gateway, and before it
+			// (in odd runs; after it in even ones) the other binary's.
+			// mosquitto is the same peer for both: it runs once per run.
+			withBefore := cfg.Before.Path != "" && m != MethodMQTT
+			sides := []bool{false} // before?
+			if withBefore {
+				sides = []bool{true, false}
+			}
+			var after, before []StepReport
+			for run := 1; run <= cfg.Repeat; run++ {
+				for i := range sides {
+					isBefore := sides[i]
+					if run%2 == 0 {
+						isBefore = sides[len(sides)-1-i]
+					}
+					st, err := deliverStep(ctx, cfg, mosq, m, n, run, isBefore)
+					if err != nil {
+						return rep, err
+					}
+					if isBefore {
+						before = append(before, st)
+					} else {
+						after = append(after, st)
+					}
+					rep.Steps = append(rep.Steps, st)
 				}
-				st, err = mqttStep(ctx, cfg, mosq, n)
-			} else {
-				st, err = gatewayStep(ctx, cfg, m, n)
 			}
-			if err != nil {
-				return rep, fmt.Errorf("bench: deliver %s × %d: %w", m, n, err)
+			if withBefore || cfg.Repeat > 1 {
+				rep.Compare = append(rep.Compare, compare(m, n, after, before, withBefore))
 			}
-			rep.Steps = append(rep.Steps, st)
 		}
 	}
 	return rep, nil
+}
+
+// deliverStep runs one step: method m with n clients, against this
+// binary's gateway child, the Before binary's (isBefore), or mosquitto.
+func deliverStep(ctx context.Context, cfg DeliverConfig, mosq, m string, n, run int, isBefore bool) (StepReport, error) {
+	label, x := m, cfg.Exec
+	if isBefore {
+		label, x = m+"@before", cfg.Before
+	}
+	profile := fmt.Sprintf("deliver-%s-%d", strings.Replace(label, "@", "-", 1), n)
+	if cfg.Repeat > 1 {
+		profile += fmt.Sprintf("-r%d", run)
+	}
+	cfg.Logger.Info("bench: deliver", "method", label, "clients", n, "run", run, "duration", cfg.Duration)
+	var st StepReport
+	var err error
+	if m == MethodMQTT {
+		st, err = mqttStep(ctx, cfg, mosq, n)
+	} else {
+		st, err = gatewayStep(ctx, cfg, x, m, n, profile)
+	}
+	if err != nil {
+		if isBefore {
+			return st, fmt.Errorf("bench: deliver %s × %d with %s: %w", label, n, x.Path, err)
+		}
+		return st, fmt.Errorf("bench: deliver %s × %d: %w", label, n, err)
+	}
+	st.Method = label
+	if cfg.Repeat > 1 {
+		st.Run = run
+	}
+	if isBefore {
+		st.Where += "; the gateway child of " + x.Path
+	}
+	return st, nil
 }
 
 func period(rate float64) time.Duration { return time.Duration(float64(time.Second) / rate) }
@@ -436,12 +576,13 @@ type delSnap struct {
 const roleDeliver = "deliver-gateway"
 
 // gatewayStep measures one method with n clients against a fresh gateway child.
-func gatewayStep(ctx context.Context, cfg DeliverConfig, method string, n int) (StepReport, error) {
+// x is the binary whose child runs the gateway; profile names its CPU profile.
+func gatewayStep(ctx context.Context, cfg DeliverConfig, x Exec, method string, n int, profile string) (StepReport, error) {
 	st := StepReport{Method: method, Clients: n,
 		Where: "gateway (ring + web server + synthetic source) in a child process; clients in the bench process"}
 	var ready delReady
-	c, err := startChild(ctx, cfg.Exec, roleDeliver, delSpec{Rate: cfg.Rate, Batch: cfg.Batch, Tags: cfg.Tags, Clients: n,
-		Profile: profilePath(cfg.Profile, fmt.Sprintf("deliver-%s-%d", method, n))}, &ready)
+	c, err := startChild(ctx, x, roleDeliver, delSpec{Rate: cfg.Rate, Batch: cfg.Batch, Tags: cfg.Tags, Clients: n,
+		Profile: profilePath(cfg.Profile, profile)}, &ready)
 	if err != nil {
 		return st, err
 	}

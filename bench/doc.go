@@ -1,7 +1,8 @@
 // Package bench owns the measurement stand behind `edgegw bench acquire` and
 // `edgegw bench deliver`: simulated loggers and delivery clients as load
 // generators, the gateway under test in a child process (the same binary
-// re-executed with `bench child ROLE`) so its CPU and RSS are its own, the
+// re-executed with `bench child ROLE`; with -before also an earlier edgegw
+// binary's, beside it in the same run) so its CPU and RSS are its own, the
 // optional peers (Debian's mosquitto, Telegraf's modbus input), and the
 // reports: a table, JSON, Markdown and SVG line charts. `edgegw bench soak`
 // runs the real gateway instead (`edgegw run -config FILE`, this binary or

@@ -124,7 +124,10 @@ func mainAcquire(args []string, stdout io.Writer) error {
 	}
 	c.Modes = splitList(*modes)
 	if *before != "" {
-		c.Before = Exec{Path: *before, Args: []string{"bench"}}
+		var err error
+		if c.Before, err = OtherBinary(*before); err != nil {
+			return err
+		}
 	}
 	c.Logger = out.logger()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -150,6 +153,8 @@ func mainDeliver(args []string, stdout io.Writer) error {
 	fs.DurationVar(&c.Ramp, "ramp", 0, "connect the clients over this time (default 1s + 1ms per client)")
 	fs.StringVar(&c.Profile, "pprof", "", "write a CPU profile of each gateway child into this directory")
 	fs.StringVar(&c.Mosquitto, "mosquitto", "", `mosquitto binary ("": look on PATH, "off": skip)`)
+	before := fs.String("before", "", "another edgegw lab binary (an earlier commit): each short/long/ws step also runs its gateway, as METHOD@before, interleaved")
+	fs.IntVar(&c.Repeat, "repeat", 1, "run each step (with -before: each before/after pair, alternating the order) this many times; medians reported")
 	out := outputFlags(fs, true)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -157,6 +162,14 @@ func mainDeliver(args []string, stdout io.Writer) error {
 	var err error
 	if c.Clients, err = parseInts(*clients); err != nil {
 		return err
+	}
+	if c.Repeat < 1 {
+		return fmt.Errorf("bench: -repeat %d: want at least 1", c.Repeat)
+	}
+	if *before != "" {
+		if c.Before, err = OtherBinary(*before); err != nil {
+			return err
+		}
 	}
 	c.Methods = splitList(*methods)
 	c.Logger = out.logger()

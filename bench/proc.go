@@ -136,6 +136,20 @@ type Exec struct {
 	Args []string
 }
 
+// OtherBinary is how to run another edgegw lab binary's children (the
+// `-before BIN` of acquire and deliver): `BIN bench child ROLE`. It checks
+// that path is an executable file, so a typo fails before any step runs.
+func OtherBinary(path string) (Exec, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Exec{}, fmt.Errorf("bench: -before: %w", err)
+	}
+	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return Exec{}, fmt.Errorf("bench: -before: %s is not an executable file", path)
+	}
+	return Exec{Path: path, Args: []string{"bench"}}, nil
+}
+
 func (e Exec) fill() (Exec, error) {
 	if e.Path == "" {
 		p, err := os.Executable()

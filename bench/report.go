@@ -118,6 +118,14 @@ func (r *AcquireReport) WriteMarkdown(w io.Writer) {
 
 var methodLabel = map[string]string{MethodShort: "short polling", MethodLong: "long polling", MethodWS: "websocket", MethodMQTT: "mosquitto (mqtt)"}
 
+// label names a step's method in the tables: "websocket", "websocket@before".
+func label(method string) string {
+	if m, ok := strings.CutSuffix(method, "@before"); ok {
+		return methodLabel[m] + "@before"
+	}
+	return methodLabel[method]
+}
+
 func (r *DeliverReport) table() *table {
 	t := &table{head: []string{"method", "clients", "served", "p50 ms", "p95 ms", "p99 ms", "max ms", "sent", "received", "missed", "dup",
 		"payload", "wire", "payload %", "new data %", "dials", "cpu % core", "rss MiB", "clients cpu %", "machine cpu %", "errors"}}
@@ -125,10 +133,29 @@ func (r *DeliverReport) table() *table {
 		if s.Skipped != "" {
 			continue
 		}
-		t.add(methodLabel[s.Method], fmt.Sprint(s.Clients), fmt.Sprint(s.Connected), f2(s.LatP50), f2(s.LatP95), f2(s.LatP99), f1(s.LatMax),
+		name := label(s.Method)
+		if s.Run > 0 {
+			name += fmt.Sprintf(" #%d", s.Run)
+		}
+		t.add(name, fmt.Sprint(s.Clients), fmt.Sprint(s.Connected), f2(s.LatP50), f2(s.LatP95), f2(s.LatP99), f1(s.LatMax),
 			fmt.Sprint(s.Sent), fmt.Sprint(s.Received), fmt.Sprint(s.Missed), fmt.Sprint(s.Duplicates),
 			bytesStr(s.PayloadBytes), bytesStr(s.WireBytes), f1(100*s.PayloadShare), f1(100*s.UsefulShare), fmt.Sprint(s.Dials),
 			f1(s.CPUPercent), f1(s.RSSMiB), f1(s.LoadCPU), f1(s.MachineCPU), fmt.Sprint(s.Errors))
+	}
+	return t
+}
+
+// compareTable is the medians of each side and the ratios after / before.
+func (r *DeliverReport) compareTable() *table {
+	t := &table{head: []string{"method", "clients", "runs", "before p50 ms", "before p99 ms", "before cpu %",
+		"after p50 ms", "after p99 ms", "after cpu %", "p99 after/before", "cpu after/before"}}
+	for _, c := range r.Compare {
+		b := []string{"–", "–", "–"}
+		if c.Before != nil {
+			b = []string{f2(c.Before.LatP50), f2(c.Before.LatP99), f1(c.Before.CPU)}
+		}
+		t.add(methodLabel[c.Method], fmt.Sprint(c.Clients), fmt.Sprint(c.After.Runs), b[0], b[1], b[2],
+			f2(c.After.LatP50), f2(c.After.LatP99), f1(c.After.CPU), opt(c.P99Ratio, f2), opt(c.CPURatio, f2))
 	}
 	return t
 }
@@ -153,6 +180,14 @@ func (r *DeliverReport) notes() []string {
 		"cpu, rss: the gateway child (ring + web + source) or mosquitto (/proc/PID/stat, 10 ms ticks), alone; clients cpu: the bench process; machine cpu: every process (/proc/stat), other work on the machine included",
 		DeliverStudy,
 	}
+	if r.Before != "" {
+		n = append(n, "METHOD@before: the same step, the same clients (this binary's), against the gateway child of "+r.Before+
+			"; before and after run back to back, the order alternating from one run to the next (before first in odd runs)")
+	}
+	if len(r.Compare) > 0 {
+		runs := max(r.Repeat, 1)
+		n = append(n, fmt.Sprintf("second table: medians over %d run(s) per side (mean of the middle two when even); ratios after / before of those medians (the machine's load moves both sides alike only within a pair)", runs))
+	}
 	bad := 0
 	for _, s := range r.Steps {
 		if s.Skipped != "" {
@@ -170,6 +205,10 @@ func (r *DeliverReport) notes() []string {
 func (r *DeliverReport) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "edgegw bench deliver — %d CPUs (%s), %s\n", r.Machine.CPUs, r.Machine.Model, r.Machine.Note)
 	r.table().text(w)
+	if len(r.Compare) > 0 {
+		fmt.Fprintln(w)
+		r.compareTable().text(w)
+	}
 	for _, n := range r.notes() {
 		fmt.Fprintln(w, "  "+n)
 	}
@@ -180,6 +219,10 @@ func (r *DeliverReport) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "Delivery: %.0f updates/s, %s per step\n\n", r.Rate, r.Duration)
 	r.table().markdown(w)
 	fmt.Fprintln(w)
+	if len(r.Compare) > 0 {
+		r.compareTable().markdown(w)
+		fmt.Fprintln(w)
+	}
 	for _, n := range r.notes() {
 		fmt.Fprintln(w, "- "+n)
 	}
@@ -194,12 +237,12 @@ func (r *DeliverReport) Charts() map[string]*Chart {
 		by := map[string]*Series{}
 		for i := range r.Steps {
 			s := &r.Steps[i]
-			if s.Skipped != "" || s.Connected == 0 {
-				continue
+			if s.Skipped != "" || s.Connected == 0 || s.Run > 1 {
+				continue // a repeated step: its first run only
 			}
 			se := by[s.Method]
 			if se == nil {
-				se = &Series{Name: methodLabel[s.Method]}
+				se = &Series{Name: label(s.Method)}
 				by[s.Method] = se
 				order = append(order, s.Method)
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,6 +105,7 @@ func roundTrip(t *testing.T, v, back any) {
 func checkStep(t *testing.T, s StepReport) {
 	t.Helper()
 	name := s.Method + "×" + itoa(s.Clients)
+	method, _ := strings.CutSuffix(s.Method, "@before") // the other binary's gateway: the same guarantees
 	if s.Skipped != "" {
 		t.Errorf("%s skipped: %s", name, s.Skipped)
 		return
@@ -117,10 +119,10 @@ func checkStep(t *testing.T, s StepReport) {
 	if s.Sent == 0 || s.Received == 0 || s.Expected < s.Sent {
 		t.Errorf("%s: sent %d received %d expected %d", name, s.Sent, s.Received, s.Expected)
 	}
-	if s.Method != MethodShort && s.Duplicates != 0 {
+	if method != MethodShort && s.Duplicates != 0 {
 		t.Errorf("%s: %d duplicates on a stream that promises each sample once", name, s.Duplicates)
 	}
-	if s.Method == MethodLong && s.Missed != 0 {
+	if method == MethodLong && s.Missed != 0 {
 		t.Errorf("%s: long polling missed %d samples (the ring holds 200: 5 s here)", name, s.Missed)
 	}
 	if s.LatN == 0 || s.LatP99 < s.LatP50 || s.LatMax*1000 < s.LatP99*1000-1 {
@@ -130,7 +132,7 @@ func checkStep(t *testing.T, s StepReport) {
 		t.Errorf("%s: payload %d wire %d share %v", name, s.PayloadBytes, s.WireBytes, s.PayloadShare)
 	}
 	minDials := uint64(s.Clients) // each holds a connection open
-	if s.Method == MethodShort {
+	if method == MethodShort {
 		minDials = 1 // requests share the keep-alive pool
 	}
 	if s.Dials < minDials || s.RSSMiB <= 0 || s.Seconds <= 0 {
@@ -183,6 +185,102 @@ func TestDeliverSmoke(t *testing.T) {
 	}
 }
 
+// TestDeliverBefore runs long polling and WebSocket with a "before" binary
+// (this test binary again, so both sides are alike) and two runs per side:
+// the steps interleave in alternating order, both sides are complete, and
+// the second table holds the medians of exactly those steps.
+func TestDeliverBefore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rep, err := RunDeliver(ctx, DeliverConfig{
+		Clients: []int{20}, Methods: []string{MethodLong, MethodWS}, Repeat: 2,
+		Duration: time.Second, Rate: 20, Tags: 6, Ramp: 100 * time.Millisecond, Mosquitto: "off",
+		Exec: testExec(t), Before: testExec(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, s := range rep.Steps {
+		order = append(order, s.Method+"#"+itoa(s.Run))
+		checkStep(t, s)
+	}
+	want := "long@before#1,long#1,long#2,long@before#2,ws@before#1,ws#1,ws#2,ws@before#2"
+	if got := strings.Join(order, ","); got != want {
+		t.Fatalf("steps %s, want %s", got, want)
+	}
+	if rep.Before == "" || rep.Repeat != 2 || len(rep.Compare) != 2 {
+		t.Fatalf("before %q repeat %d compare %+v", rep.Before, rep.Repeat, rep.Compare)
+	}
+	for i, c := range rep.Compare {
+		steps := rep.Steps[4*i : 4*i+4] // this method's: before, after, after, before
+		b, a := []StepReport{steps[0], steps[3]}, []StepReport{steps[1], steps[2]}
+		if c.Method != steps[1].Method || c.Clients != 20 || c.Before == nil || c.After.Runs != 2 || c.Before.Runs != 2 {
+			t.Fatalf("compare %d: %+v", i, c)
+		}
+		mid := func(s []StepReport, f func(StepReport) float64) float64 { return (f(s[0]) + f(s[1])) / 2 }
+		p99 := func(s StepReport) float64 { return s.LatP99 }
+		checks := []struct {
+			name      string
+			got, want float64
+		}{
+			{"after p50", c.After.LatP50, mid(a, func(s StepReport) float64 { return s.LatP50 })},
+			{"after p99", c.After.LatP99, mid(a, p99)},
+			{"after cpu", c.After.CPU, mid(a, func(s StepReport) float64 { return s.CPUPercent })},
+			{"before p50", c.Before.LatP50, mid(b, func(s StepReport) float64 { return s.LatP50 })},
+			{"before p99", c.Before.LatP99, mid(b, p99)},
+			{"before cpu", c.Before.CPU, mid(b, func(s StepReport) float64 { return s.CPUPercent })},
+			{"p99 ratio", c.P99Ratio, mid(a, p99) / mid(b, p99)},
+		}
+		for _, k := range checks {
+			if math.Abs(k.got-k.want) > 1e-9*math.Max(1, math.Abs(k.want)) {
+				t.Errorf("%s × %d: %s %v, want %v", c.Method, c.Clients, k.name, k.got, k.want)
+			}
+		}
+		if c.P99Ratio <= 0 {
+			t.Errorf("%s: p99 ratio %v: both sides measured, want > 0", c.Method, c.P99Ratio)
+		}
+	}
+	var back DeliverReport
+	roundTrip(t, rep, &back)
+	var text bytes.Buffer
+	rep.WriteText(&text)
+	md := filepath.Join(t.TempDir(), "deliver.md")
+	if err := appendMarkdown(md, rep.WriteMarkdown); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(md)
+	for _, want := range []string{"| websocket@before #2 |", "| long polling #1 |", "| p99 after/before |", "| websocket | 20 | 2 |"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, b)
+		}
+	}
+	if !strings.Contains(text.String(), "p99 after/before") || !strings.Contains(text.String(), rep.Before) {
+		t.Errorf("text lacks the comparison:\n%s", text.String())
+	}
+	charts := rep.Charts()
+	if c := charts["latency_p99.svg"]; len(c.Series) != 4 || len(c.Series[0].X) != 1 {
+		t.Errorf("p99 chart: %d series (want long polling, its @before, websocket, its @before; first runs only)", len(c.Series))
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1}, 3}, {[]float64{9, 1, 4}, 4}, {[]float64{4, 1, 3, 100}, 3.5}} {
+		in := append([]float64(nil), c.in...)
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", in, got, c.want)
+		}
+		for i := range in {
+			if in[i] != c.in[i] {
+				t.Errorf("median reordered its input: %v", c.in)
+			}
+		}
+	}
+}
+
 func TestDeliverMosquittoSmoke(t *testing.T) {
 	bin := testenv.Need(t, "mosquitto")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -207,6 +305,18 @@ func TestMainFlags(t *testing.T) {
 	}
 	if err := Main([]string{"deliver", "-clients", "1,x"}, &out); err == nil {
 		t.Error("-clients 1,x accepted")
+	}
+	missing := filepath.Join(t.TempDir(), "no-such-edgegw")
+	for _, bench := range []string{"deliver", "acquire"} {
+		if err := Main([]string{bench, "-before", missing, "-quiet"}, &out); err == nil || !strings.Contains(err.Error(), "no-such-edgegw") {
+			t.Errorf("%s -before a missing binary: %v", bench, err)
+		}
+	}
+	if err := Main([]string{"deliver", "-before", t.TempDir(), "-quiet"}, &out); err == nil || !strings.Contains(err.Error(), "not an executable") {
+		t.Errorf("deliver -before a directory: %v", err)
+	}
+	if err := Main([]string{"deliver", "-repeat", "0", "-quiet"}, &out); err == nil || !strings.Contains(err.Error(), "-repeat") {
+		t.Errorf("deliver -repeat 0: %v", err)
 	}
 	if err := Main([]string{"acquire", "-modes", "bogus", "-telegraf", "off", "-quiet"}, &out); err == nil || !strings.Contains(err.Error(), "bogus") {
 		t.Errorf("unknown mode: %v", err)
