@@ -274,17 +274,13 @@ func RunDeliver(ctx context.Context, cfg DeliverConfig) (*DeliverReport, error) 
 			// (in odd runs; after it in even ones) the other binary's.
 			// mosquitto is the same peer for both: it runs once per run.
 			withBefore := cfg.Before.Path != "" && m != MethodMQTT
-			sides := []bool{false} // before?
-			if withBefore {
-				sides = []bool{true, false}
-			}
 			var after, before []StepReport
 			for run := 1; run <= cfg.Repeat; run++ {
-				for i := range sides {
-					isBefore := sides[i]
-					if run%2 == 0 {
-						isBefore = sides[len(sides)-1-i]
-					}
+				sides := []bool{false} // isBefore of each side, in the order run
+				if withBefore {
+					sides = []bool{run%2 == 1, run%2 == 0}
+				}
+				for _, isBefore := range sides {
 					st, err := deliverStep(ctx, cfg, mosq, m, n, run, isBefore)
 					if err != nil {
 						return rep, err

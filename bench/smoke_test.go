@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -73,18 +74,29 @@ func TestAcquireSmoke(t *testing.T) {
 	if len(back.Modes) != len(rep.Modes) || back.Modes[2].Polls != rep.Modes[2].Polls || back.Modes[0].ValidRate != rep.Modes[0].ValidRate {
 		t.Errorf("JSON round trip changed the report")
 	}
-	var text bytes.Buffer
-	rep.WriteText(&text)
-	md := filepath.Join(t.TempDir(), "acq.md")
-	if err := appendMarkdown(md, rep.WriteMarkdown); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(md)
+	text, b := renderReport(t, rep.WriteText, rep.WriteMarkdown)
 	for _, want := range []string{"tcp-serial", "tcp-parallel", "udp", "study udp"} {
 		if !strings.Contains(text.String(), want) || !strings.Contains(string(b), "| "+want+" |") {
 			t.Errorf("table lacks %q:\n%s\n%s", want, text.String(), b)
 		}
 	}
+}
+
+// renderReport writes a report as the text table and as Markdown appended
+// to a file, as the commands do.
+func renderReport(t *testing.T, writeText, writeMarkdown func(io.Writer)) (text *bytes.Buffer, md []byte) {
+	t.Helper()
+	text = new(bytes.Buffer)
+	writeText(text)
+	path := filepath.Join(t.TempDir(), "report.md")
+	if err := appendMarkdown(path, writeMarkdown); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text, md
 }
 
 func roundTrip(t *testing.T, v, back any) {
@@ -243,13 +255,7 @@ func TestDeliverBefore(t *testing.T) {
 	}
 	var back DeliverReport
 	roundTrip(t, rep, &back)
-	var text bytes.Buffer
-	rep.WriteText(&text)
-	md := filepath.Join(t.TempDir(), "deliver.md")
-	if err := appendMarkdown(md, rep.WriteMarkdown); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(md)
+	text, b := renderReport(t, rep.WriteText, rep.WriteMarkdown)
 	for _, want := range []string{"| websocket@before #2 |", "| long polling #1 |", "| p99 after/before |", "| websocket | 20 | 2 |"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, b)
