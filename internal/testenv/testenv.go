@@ -271,3 +271,47 @@ func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 		}
 	}
 }
+
+// Recv receives one value from ch, and fails the test naming what it waited
+// for when limit passes first or ch is closed. It is how tests receive from
+// a channel: a bare <-ch waits for the package's 15-minute timeout instead
+// of failing with a message.
+func Recv[T any](t testing.TB, ch <-chan T, limit time.Duration, what string) T {
+	t.Helper()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case v, ok := <-ch:
+		if !ok {
+			t.Fatalf("channel closed while waiting for %s", what)
+		}
+		return v
+	case <-timer.C:
+		t.Fatalf("timed out after %v waiting for %s", limit, what)
+	}
+	var zero T
+	return zero
+}
+
+// Closed waits until ch is closed or yields a value (a done channel), and
+// fails the test naming what it waited for when limit passes first.
+func Closed[T any](t testing.TB, ch <-chan T, limit time.Duration, what string) {
+	t.Helper()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case <-ch:
+	case <-timer.C:
+		t.Fatalf("timed out after %v waiting for %s", limit, what)
+	}
+}
+
+// Wait runs wait (a WaitGroup's Wait, a process's Wait) and fails the test
+// naming what it waited for when limit passes first. The goroutine running
+// wait is left behind only when the test has already failed.
+func Wait(t testing.TB, limit time.Duration, what string, wait func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	Closed(t, done, limit, what)
+}
