@@ -7,15 +7,10 @@ COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 DATE      ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 BUILD     := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)"
-# The gateway binary that ships (dist/edgegw-ARCH): without the lab (demo,
-# sim, receive, bench: -tags nolab) and without inlining outside the hot paths
-# (-gcflags=all=-l, then inlining back for the runtime, the standard packages
-# every poll and frame goes through, edge, ringstore, spool, web, push, wire, stats,
-# gorilla and goburrow): TLS, X.509, JSON config, TOML, MQTT session and
-# Sparkplug code run a few times a day or a few times a second, and armv7
-# flash counts more than their nanoseconds (-0.9 MB). internal/buildtest
-# mirrors this line.
-GWFLAGS   := -tags nolab -gcflags=all=-l -gcflags=runtime/...= -gcflags=internal/...= -gcflags=sync/...= -gcflags=time= -gcflags=net= -gcflags=syscall= -gcflags=os= -gcflags=io= -gcflags=bufio= -gcflags=bytes= -gcflags=strings= -gcflags=strconv= -gcflags=errors= -gcflags=context= -gcflags=math/bits= -gcflags=unicode/utf8= -gcflags=slices= -gcflags=sort= -gcflags=edgegw/edge/...= -gcflags=edgegw/ringstore= -gcflags=edgegw/spool= -gcflags=edgegw/web= -gcflags=edgegw/push= -gcflags=edgegw/wire= -gcflags=edgegw/stats= -gcflags=github.com/gorilla/websocket= -gcflags=github.com/goburrow/...=
+# The gateway binary that ships (dist/edgegw-ARCH): its flags are in
+# build/gateway.flags (read by internal/buildtest too): without the lab and
+# HTTP/2, inlining off only in named cold packages.
+GWFLAGS   := $(shell grep -v '^\#' build/gateway.flags)
 BUILD_GW  := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false $(GWFLAGS) -ldflags "$(LDFLAGS)"
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 # -p 1: one test binary at a time in each of make test's two lanes
