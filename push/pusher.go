@@ -108,8 +108,10 @@ func (p *Pusher) Run(ctx context.Context) error {
 	// wsActive: a session holds the batch stream; wsIsUp: its first batch
 	// was acknowledged (only that is "connected"); fellBack: WebSocket has
 	// been down (not connected) longer than FallbackAfter, and MQTT carries
-	// the stream whenever no session holds it.
-	unauthorized, wsActive, wsIsUp, fellBack := false, false, false, p.cfg.WS.URL == ""
+	// the stream whenever no session holds it; paused: the session took the
+	// stream from a running MQTT sender (it gets it back unless the session
+	// acks).
+	unauthorized, wsActive, wsIsUp, fellBack, paused := false, false, false, p.cfg.WS.URL == "", false
 	// The dispatcher is the only writer of State.Path.
 	updatePath := func() {
 		switch {
@@ -117,7 +119,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 			p.setPath(stats.PathWebSocket)
 		case unauthorized:
 			p.setPath(stats.PathUnauthorized) // sticky: it needs a person, even while MQTT carries the data
-		case fellBack && link != nil && link.up():
+		case (senderCancel != nil || paused) && link.up():
 			// Also while a new session tries the receiver (MQTT paused, at
 			// most AckTimeout): WebSocket is not up until it acks.
 			p.setPath(stats.PathMQTT)
@@ -148,7 +150,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 				// The session gets the stream to prove the receiver stores
 				// (one batch acked within AckTimeout); the fallback timer
 				// keeps running until it does.
-				wsActive = true
+				wsActive, paused = true, senderCancel != nil
 				stopSender()
 				if senderDone != nil {
 					// Its batches in flight settled, the session starts after
@@ -167,10 +169,10 @@ func (p *Pusher) Run(ctx context.Context) error {
 				updatePath()
 				close(ev.granted)
 			case wsConnected:
-				wsIsUp, fellBack = true, false
+				wsIsUp, fellBack, paused = true, false, false
 				fallback.Stop()
 			case wsDown, wsUnauthorized:
-				wsActive = false
+				wsActive, paused = false, false
 				unauthorized = unauthorized || ev.kind == wsUnauthorized
 				switch {
 				case mode == ModeOff:
