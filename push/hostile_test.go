@@ -1,16 +1,21 @@
 package push
 
 import (
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"edgegw/internal/testenv"
 	"edgegw/receiver"
 	"edgegw/stats"
+	"edgegw/wire"
 
 	"github.com/gorilla/websocket"
 )
@@ -277,5 +282,28 @@ func TestHostileThenGoodReceiver(t *testing.T) {
 	}
 	if got := logs.with("push: websocket: connected"); len(got) != 1 {
 		t.Errorf("connected logged %d times:\n%s", len(got), strings.Join(got, "\n"))
+	}
+}
+
+// The reason a session ended is the same words for the same cause, so
+// that the log's state key does not change from session to session.
+func TestSessionReasonStable(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&noAckError{last: 17, timeout: time.Second}, "no ack within 1s"},
+		{&noAckError{last: 99017, timeout: time.Second}, "no ack within 1s"},
+		{fmt.Errorf("read: %w", &wire.ProtocolError{Frame: "uplink", Msg: "invalid character 'x'"}), "bad uplink frame from the receiver"},
+		{&wire.ProtocolError{Frame: "ack", Msg: "last 12 beyond what was sent (10)"}, "bad ack frame from the receiver"},
+		{&websocket.CloseError{Code: 1000, Text: "bye"}, "receiver closed the connection (code 1000)"},
+		{fmt.Errorf("push: websocket: write batch 1-5: %w", &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPIPE)}), "receiver dropped the connection"},
+		{&net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, "receiver dropped the connection"},
+		{io.ErrUnexpectedEOF, "receiver dropped the connection"},
+		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, "receiver silent (read or write timeout)"},
+	} {
+		if got := sessionReason(c.err); got != c.want {
+			t.Errorf("%v: %q, want %q", c.err, got, c.want)
+		}
 	}
 }
