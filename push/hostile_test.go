@@ -37,7 +37,7 @@ var hostileKinds = map[string]func(h *hostile, c *websocket.Conn){
 			if _, _, err := c.ReadMessage(); err != nil {
 				return
 			}
-			h.read()
+			h.read(1)
 		}
 	},
 	// answers with garbage at once, and to every batch
@@ -49,7 +49,7 @@ var hostileKinds = map[string]func(h *hostile, c *websocket.Conn){
 			if _, _, err := c.ReadMessage(); err != nil {
 				return
 			}
-			h.read()
+			h.read(1)
 		}
 	},
 	// reads one batch and closes (a close frame, then the socket)
@@ -57,12 +57,13 @@ var hostileKinds = map[string]func(h *hostile, c *websocket.Conn){
 		if _, _, err := c.ReadMessage(); err != nil {
 			return
 		}
-		h.read()
+		h.read(1)
 		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
 	},
 }
 
-func (h *hostile) read() { h.mu.Lock(); h.batches++; h.mu.Unlock() }
+// read counts n batches read and returns the count so far.
+func (h *hostile) read(n int) int { h.mu.Lock(); defer h.mu.Unlock(); h.batches += n; return h.batches }
 
 func (h *hostile) handshakes() []time.Time {
 	h.mu.Lock()
@@ -129,7 +130,7 @@ func TestHostileReceiverFallsBackToMQTT(t *testing.T) {
 			var logs logLines
 			t.Cleanup(func() {
 				if t.Failed() {
-					t.Logf("state %+v, queue %+v, %d handshakes, %d batches read; log:\n%s", st.Snapshot(), g.q.Stats(), len(h.handshakes()), h.batches, strings.Join(logs.with(""), "\n"))
+					t.Logf("state %+v, queue %+v, %d handshakes, %d batches read; log:\n%s", st.Snapshot(), g.q.Stats(), len(h.handshakes()), h.read(0), strings.Join(logs.with(""), "\n"))
 				}
 			})
 			w := wsConfig(h.addr, "")
@@ -190,7 +191,7 @@ func TestHostileReceiverFallsBackToMQTT(t *testing.T) {
 				}
 			}
 			t.Logf("%d sessions, %d batches read by the hostile receiver, %d samples over mqtt; log:\n%s",
-				len(hs), h.batches, viaMQTT.Stats().Samples, strings.Join(ws, "\n"))
+				len(hs), h.read(0), viaMQTT.Stats().Samples, strings.Join(ws, "\n"))
 		})
 	}
 }
