@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/lab/mqttbroker"
 	"edgegw/receiver"
 	"edgegw/stats"
@@ -280,18 +281,17 @@ func TestModeAlwaysMirrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runPusher(t, p)
-	waitFor(t, 5*time.Second, "websocket and mqtt up", func() bool { return path(st) == stats.PathWebSocket && r.Stats().Connections == 1 })
-	select { // the mirror publishes only while the MQTT link is up
-	case <-online:
-	case <-time.After(5 * time.Second):
-		t.Fatal("status online not seen")
-	}
+	// the mirror publishes only while the MQTT link is up
+	testenv.Closed(t, online, 5*time.Second, "status online")
 	first := g.ring.Seq() + 1
 	prod := startProducer(g, 50)
-	<-prod.done
+	testenv.Closed(t, prod.done, 10*time.Second, "50 polls")
 	waitFor(t, 5*time.Second, "both paths got everything", func() bool {
 		return r.Stats().Samples == 100 && viaMQTT.Stats().Samples == 100
 	})
+	if path(st) != stats.PathWebSocket || r.Stats().Connections != 1 {
+		t.Fatalf("path %s, receiver %+v", path(st), r.Stats())
+	}
 	checkExactlyOnce(t, wsOut.seqs(t, gwID), first, first+99)
 	checkExactlyOnce(t, mqttOut.seqs(t, gwID), first, first+99)
 	stop()

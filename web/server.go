@@ -188,6 +188,7 @@ type ClientStats struct {
 	AuthFailures                          uint64 // requests refused with 401
 	ConnsOpen                             int64  // TCP connections open now
 	ConnsRefused                          uint64 // connections closed at accept beyond MaxConns
+	AcceptErrors                          uint64 // Accept failures (out of file descriptors): clients left waiting
 	WSBadMessages                         uint64 // WebSocket clients closed for a malformed or oversized message
 	WritesOK, WritesFailed, WritesRefused uint64 // POST /api/write: confirmed; failed in the writer; refused before it (400/403/413/415)
 }
@@ -217,6 +218,7 @@ type Server struct {
 	authFailures  atomic.Uint64
 	connsOpen     atomic.Int64
 	connsRefused  atomic.Uint64
+	acceptErrors  atomic.Uint64
 	wsBad         atomic.Uint64
 	writesOK      atomic.Uint64
 	writesFailed  atomic.Uint64
@@ -365,7 +367,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(hubDone)
 		s.runHub(hubCtx)
 	}()
-	var ln net.Listener = &connLimiter{Listener: s.ln, s: s, max: int64(s.cfg.MaxConns)}
+	var ln net.Listener = &connLimiter{Listener: acceptLogger{s.ln, s}, s: s, max: int64(s.cfg.MaxConns)}
 	scheme := "http"
 	if s.tlsConf != nil {
 		ln, scheme = tls.NewListener(ln, s.tlsConf), "https"
@@ -399,6 +401,26 @@ func (s *Server) Serve(ctx context.Context) error {
 	return err
 }
 
+// acceptLogger counts the errors of Accept and says them at Warn, at most
+// one line per 10 s with the number left out ("suppressed"): out of file
+// descriptors (EMFILE, ENFILE) clients wait in the kernel's backlog, not
+// served, while net/http retries after a pause and tells only its ErrorLog
+// (Debug).
+type acceptLogger struct {
+	net.Listener
+	s *Server
+}
+
+func (l acceptLogger) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		l.s.acceptErrors.Add(1)
+		l.s.rlog.Log(l.s.log, "accept", "web: cannot accept connections; clients wait unserved (out of file descriptors? raise LimitNOFILE / ulimit -n)",
+			"err", err, "conns_open", l.s.connsOpen.Load(), "accept_errors", l.s.acceptErrors.Load())
+	}
+	return c, err
+}
+
 // Stats copies the client counters.
 func (s *Server) Stats() ClientStats {
 	get := func(m method) MethodStats {
@@ -412,6 +434,7 @@ func (s *Server) Stats() ClientStats {
 		RateLimitedMonitor: s.lim.limited[classMonitor].Load(), RateLimitedAuth: s.lim.limited[classAuth].Load(),
 		HashRefused: s.hashRefused.Load(), PasswordHashes: s.passwordHashes(),
 		AuthFailures: s.authFailures.Load(), ConnsOpen: s.connsOpen.Load(), ConnsRefused: s.connsRefused.Load(),
+		AcceptErrors:  s.acceptErrors.Load(),
 		WSBadMessages: s.wsBad.Load(), WritesOK: s.writesOK.Load(), WritesFailed: s.writesFailed.Load(),
 		WritesRefused: s.writesRefused.Load(),
 	}
