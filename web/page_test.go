@@ -211,7 +211,8 @@ func TestPageInChromium(t *testing.T) {
 // first and the header counts it; its values stay, grey, with their age),
 // one has been down for 40 minutes (its last good values come from further
 // back in the history), one has samples that stopped (stale), one is
-// demoted (degraded), one was never polled (pending, not a green ok). A click on the count shows only
+// demoted and one has a tag in error for 5 minutes (degraded), one was
+// never polled (pending, not a green ok). A click on the count shows only
 // those, a second click all. A sparkline of 0.1 °C noise at 21.5 °C does
 // not fill its height.
 func TestPageShowsTroubleFirst(t *testing.T) {
@@ -275,13 +276,17 @@ func TestPageShowsTroubleFirst(t *testing.T) {
 			ringstore.Sample{Device: e.Info.Name, Tag: "temperature", Value: temp, TS: at.Add(-90 * time.Second).UnixMicro()},
 			ringstore.Sample{Device: e.Info.Name, Tag: "humidity", Value: 45.5, TS: at.UnixMicro()})
 	}
+	// logger-05's humidity probe has been in error for 5 minutes; logger-06
+	// lost one reply just now (not trouble: it is not counted).
+	first = append(first, ringstore.Sample{Device: "logger-05", Tag: "humidity", Quality: ringstore.Error, TS: now.Add(-5 * time.Minute).UnixMicro()},
+		ringstore.Sample{Device: "logger-06", Tag: "humidity", Quality: ringstore.Timeout, TS: now.UnixMicro()})
 	if _, _, err := ts.ring.Append(first); err != nil {
 		t.Fatal(err)
 	}
 	b := testenv.StartBrowser(t, ts.base+"/", 1280, 900)
 	b.Viewport(1280, 900, false)
-	b.WaitJS(15*time.Second, "30 cards, live, 1 down, 1 stale and 1 degraded counted",
-		`document.querySelectorAll('.device').length === 30 && document.body.dataset.live === 'live' && document.getElementById('trouble-text').textContent === '1 down · 1 stale · 1 degraded'`,
+	b.WaitJS(15*time.Second, "30 cards, live, 1 down, 1 stale and 2 degraded counted",
+		`document.querySelectorAll('.device').length === 30 && document.body.dataset.live === 'live' && document.getElementById('trouble-text').textContent === '1 down · 1 stale · 2 degraded'`,
 		`document.getElementById('trouble-text').textContent + ' ' + document.body.dataset.live`)
 	// 0.1 °C of noise at 21.5 °C over the last 2 minutes for logger-01's
 	// sparkline, live (the server has no history to fill it from).
@@ -322,7 +327,7 @@ func TestPageShowsTroubleFirst(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	b.WaitJS(15*time.Second, "logger-27 down and counted", `document.getElementById('trouble-text').textContent === '2 down · 1 stale · 1 degraded'`,
+	b.WaitJS(15*time.Second, "logger-27 down and counted", `document.getElementById('trouble-text').textContent === '2 down · 1 stale · 2 degraded'`,
 		`document.getElementById('trouble-text').textContent`)
 	var down struct {
 		Visible       bool
@@ -336,7 +341,7 @@ func TestPageShowsTroubleFirst(t *testing.T) {
 		const g = getComputedStyle(grey).color; grey.remove();
 		const cards = [...document.querySelectorAll('.device')].sort((a, b) => a.getBoundingClientRect().top - b.getBoundingClientRect().top || a.getBoundingClientRect().left - b.getBoundingClientRect().left);
 		return {visible: r.top >= h.bottom && r.bottom <= innerHeight && r.left >= 0 && r.right <= innerWidth,
-			order: cards.slice(0, 4).map(c => c.dataset.device), value: v.textContent,
+			order: cards.slice(0, 5).map(c => c.dataset.device), value: v.textContent,
 			age: c.querySelector('tr[data-tag=temperature] td.age').textContent,
 			lastGood: v.dataset.lastGood !== undefined && getComputedStyle(v).color === g}; })()`, &down); err != nil {
 		t.Fatal(err)
@@ -344,7 +349,7 @@ func TestPageShowsTroubleFirst(t *testing.T) {
 	if !down.Visible {
 		t.Errorf("the down device's card is not in the 1280×900 viewport")
 	}
-	if want := []string{"logger-27", "logger-29", "logger-20", "logger-12"}; !slices.Equal(down.Order, want) {
+	if want := []string{"logger-27", "logger-29", "logger-20", "logger-05", "logger-12"}; !slices.Equal(down.Order, want) {
 		t.Errorf("first cards %v, want %v (down, stale, degraded first)", down.Order, want)
 	}
 	if down.Value != "19.25°C" || !down.LastGood {
@@ -369,12 +374,12 @@ func TestPageShowsTroubleFirst(t *testing.T) {
 	}
 	t.Logf("down 40 min: last good temperature 23.75 °C shown, age %q", old.Age)
 
-	// The filter: a click shows the 4 in trouble, another click all 30.
+	// The filter: a click shows the 5 in trouble, another click all 30.
 	shown := `[...document.querySelectorAll('.device')].filter(c => c.offsetParent !== null).length`
 	if err := b.Eval(`document.getElementById('trouble').click()`, nil); err != nil {
 		t.Fatal(err)
 	}
-	b.WaitJS(5*time.Second, "only the 4 devices in trouble shown", shown+` === 4`, shown)
+	b.WaitJS(5*time.Second, "only the 5 devices in trouble shown", shown+` === 5`, shown)
 	if err := b.Eval(`document.getElementById('trouble').click()`, nil); err != nil {
 		t.Fatal(err)
 	}
