@@ -20,11 +20,14 @@ import (
 //	     "loss_rate":0.001,"valid_rate":0.998,"requests":3600,"responses":3596,"timeouts":4,"exceptions":0,
 //	     "errors":0,"reconnects":0,"late":1,"duplicates":0,"dropped":0,"polls":3600,"good_polls":3593,
 //	     "overruns":0,"demotions":0,"demoted":false,"last_good_us":1764450000123456,
-//	     "tags":[{"name":"temperature","unit":"°C"},{"name":"setpoint","writable":true}]}]}
+//	     "tags":[{"name":"temperature","unit":"°C","deadband":0.1},{"name":"setpoint","writable":true}]}]}
 //	    state: "down" while the transport cannot be opened (retried with backoff) or when polled
 //	    without a good poll for 3 intervals (or ever), demoted or not; else "demoted" while
-//	    polled at a reduced rate; else "ok". reason (left out when none): why it is down or why
-//	    its last poll failed, e.g. "…: open /dev/ttyUSB0: no such file or directory". Sorted by name.
+//	    polled at a reduced rate; else "pending" before its first poll has ended; else "ok".
+//	    reason (left out when none): why it is down or why its last poll failed, e.g.
+//	    "…: open /dev/ttyUSB0: no such file or directory", or, while a TCP dial backs off, the
+//	    failure that started the backoff: "…: dial tcp …: connection refused (next try in 9.7 s)".
+//	    Sorted by name.
 //
 //	GET /api/status
 //	200 {"gateway":"gw-01","version":"1.2.0","seq":1042,"epoch":"9f3c04e1a2b3c4d5","uptime_s":3600,
@@ -104,6 +107,16 @@ func deviceState(info stats.Info, s stats.Snapshot, now time.Time) string {
 	return "ok"
 }
 
+// apiState is deviceState as /api/devices says it: "pending" for an ok
+// device not polled yet (health and /metrics count it as starting, ok).
+func apiState(info stats.Info, s stats.Snapshot, now time.Time) string {
+	st := deviceState(info, s, now)
+	if st == "ok" && s.Polls == 0 {
+		return "pending"
+	}
+	return st
+}
+
 // deviceSnap is one device's identity and a copy of its record.
 type deviceSnap struct {
 	info stats.Info
@@ -144,7 +157,7 @@ func (s *Server) handleDevices(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Devices = append(out.Devices, deviceJSON{
 			Name: d.info.Name, Transport: d.info.Transport, Address: d.info.Address, Unit: d.info.Unit,
-			IntervalMS: d.info.Interval.Milliseconds(), State: deviceState(d.info, st, now), Reason: st.Reason,
+			IntervalMS: d.info.Interval.Milliseconds(), State: apiState(d.info, st, now), Reason: st.Reason,
 			RTTms:    quantilesJSON{P50: ms(st.RTT.Quantile(0.5)), P95: ms(st.RTT.Quantile(0.95)), P99: ms(st.RTT.Quantile(0.99))},
 			Cyclems:  quantilesJSON{P50: ms(st.Cycle.Quantile(0.5)), P99: ms(st.Cycle.Quantile(0.99))},
 			LossRate: st.LossRate(), ValidRate: st.ValidRate(),
