@@ -56,6 +56,7 @@ const (
 	DefaultWSReadLimit     = 4 << 10
 	DefaultWSChunk         = 128
 	DefaultWSQueueBudget   = 8 << 20
+	DefaultWSSendBuffer    = 64 << 10
 )
 
 // Config is the server's configuration; its zero value means "defaults".
@@ -103,6 +104,12 @@ type Config struct {
 	// shared frames are outside it: at most WSQueue+1 of them are alive,
 	// however many clients hold them.
 	WSQueueBudget int64
+	// WSSendBuffer is each WebSocket connection's kernel send buffer
+	// (SO_SNDBUF; Linux doubles it): 64 KiB, so a client that does not read
+	// parks at most that in the kernel (Linux otherwise grows it to
+	// tcp_wmem's 4 MiB) and its writer blocks, holding its one message,
+	// until the write times out. < 0: the OS's autotuning.
+	WSSendBuffer int
 
 	GatewayID, Version string // shown on the page, /api/status and /healthz
 
@@ -160,6 +167,9 @@ func (c *Config) fill() {
 	}
 	if c.WSQueueBudget <= 0 {
 		c.WSQueueBudget = DefaultWSQueueBudget
+	}
+	if c.WSSendBuffer == 0 {
+		c.WSSendBuffer = DefaultWSSendBuffer
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 2*c.MaxClients + 64

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -286,6 +287,9 @@ func (s *Server) wsWrite(c *wsClient, readerDone <-chan struct{}) (code int, rea
 	ping := time.NewTicker(s.cfg.WSPingInterval)
 	defer ping.Stop()
 	w := &wsWriter{s: s, c: c, ping: ping.C}
+	if tc := tcpOf(c.conn.NetConn()); tc != nil && s.cfg.WSSendBuffer > 0 {
+		_ = tc.SetWriteBuffer(s.cfg.WSSendBuffer) // best effort: the OS's autotuning otherwise
+	}
 	if err := w.snapshot(false); err != nil {
 		if errors.Is(err, errOverBudget) {
 			return websocket.CloseTryAgainLater, "server busy: queue budget", err
@@ -330,6 +334,23 @@ func (s *Server) wsWrite(c *wsClient, readerDone <-chan struct{}) (code int, rea
 			return websocket.CloseTryAgainLater, "server busy: queue budget", err
 		default:
 			return 0, "", err // the stream may end mid-frame: no close frame after a failed write
+		}
+	}
+}
+
+// tcpOf is the TCP connection under c (TLS and the connection counter
+// unwrapped), or nil.
+func tcpOf(c net.Conn) *net.TCPConn {
+	for {
+		switch x := c.(type) {
+		case *net.TCPConn:
+			return x
+		case *tls.Conn:
+			c = x.NetConn()
+		case *countedConn:
+			c = x.Conn
+		default:
+			return nil
 		}
 	}
 }

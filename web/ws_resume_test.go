@@ -68,8 +68,9 @@ func TestWebSocketResumeInChunks(t *testing.T) {
 }
 
 // slowTail is a ring whose messages (~7 MB) are more than the socket
-// buffers of a client that does not read take (Linux grows a send buffer
-// up to tcp_wmem's 4 MiB): its writer blocks.
+// buffers of a client that does not read take, whatever the send buffer
+// (WSSendBuffer, or Linux's autotuning up to tcp_wmem's 4 MiB): its
+// writer blocks.
 const slowTail = 70000
 
 // wsUpgradeRaw upgrades a raw connection with a small receive buffer and
