@@ -395,12 +395,13 @@ func putSamples(p *[]ringstore.Sample, s []ringstore.Sample) {
 }
 
 // send writes the message in *p (a pooled buffer, returned to the pool
-// here). Its bytes count as queued to clients, against WSQueueBudget, from
-// before the write until it returns. A message alone in the budget is
+// here). Its length counts as queued to clients, against WSQueueBudget,
+// from before the write until it returns (the buffer it takes is at most
+// maxPooled larger). A message alone in the budget is
 // always sent, so one larger than the budget does not lock every client out.
 func (w *wsWriter) send(p *[]byte) error {
 	defer putBuf(p)
-	n := int64(cap(*p))
+	n := int64(len(*p))
 	q := &w.s.wsQueued
 	defer q.Add(-n)
 	if total := q.Add(n); total > w.s.cfg.WSQueueBudget && total != n {
