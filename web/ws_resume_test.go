@@ -67,11 +67,13 @@ func TestWebSocketResumeInChunks(t *testing.T) {
 	waitFor(t, 5*time.Second, "no bytes counted as queued", func() bool { return ts.Stats().WSQueuedBytes == 0 })
 }
 
-// slowTail is a ring whose messages (~7 MB) are more than the socket
-// buffers of a client that does not read take, whatever the send buffer
-// (WSSendBuffer, or Linux's autotuning up to tcp_wmem's 4 MiB): its
-// writer blocks.
-const slowTail = 70000
+// slowTail is a ring whose messages (~600 KB, a full ring of the field
+// config) are more than a client that does not read takes in its socket
+// buffers (its 4 KiB receive buffer and the server's WSSendBuffer of 64 KiB,
+// doubled by Linux): its writer blocks. Without WSSendBuffer Linux grows
+// the send buffer towards tcp_wmem's 4 MiB and takes the whole tail (the
+// test below then fails: nothing is ever counted as queued).
+const slowTail = 5760
 
 // wsUpgradeRaw upgrades a raw connection with a small receive buffer and
 // sends {"lastSequence":n} in a masked frame; it then never reads.
