@@ -89,39 +89,17 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 	if err := os.WriteFile(hashFile, hash, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "[http]\nlisten = \"127.0.0.1:0\"\nbasic_auth_user = \"operator\"\nbasic_auth_hash_file = %q\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", hashFile)
-	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
-	timeout := min(200*time.Millisecond, spec.interval/2)
-	for i, addr := range addrs {
-		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = %q\ntimeout = %q\n",
-			i+1, addr, spec.interval, timeout)
-	}
-	cfg := filepath.Join(dir, "edgegw.toml")
-	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	gw := startProcBin(t, gwBin, "run", "-config", cfg)
-	line := gw.waitLine("edgegw running", 20*time.Second)
-	page := line[strings.Index(line, "page=")+len("page="):]
+	head := fmt.Sprintf("[http]\nlisten = \"127.0.0.1:0\"\nbasic_auth_user = \"operator\"\nbasic_auth_hash_file = %q\n", hashFile)
+	gw, page := runFleetGateway(t, gwBin, head, addrs, spec.interval, min(200*time.Millisecond, spec.interval/2))
 
 	// The operator reads from another address (127.0.0.2: loopback too).
 	operator := httpFrom("127.0.0.2")
 	// Its requests are rate-limited too (a 429 is held 500 ms): a wait
 	// loop on them paces itself.
-	devices := func() (m map[string]devCounts) {
-		waitFor(t, 20*time.Second, "the operator's /api/devices", func() bool {
-			var d struct{ Devices []devCounts }
-			if err := getJSONWith(operator, page+"api/devices", "operator", "right", &d); err != nil {
-				return false
-			}
-			m = map[string]devCounts{}
-			for _, x := range d.Devices {
-				m[x.Name] = x
-			}
-			return true
+	devices := func() map[string]devCounts {
+		return deviceCounts(t, "the operator's /api/devices", func(v any) error {
+			return getJSONWith(operator, page+"api/devices", "operator", "right", v)
 		})
-		return m
 	}
 	waitFor(t, 20*time.Second, "every logger polled well", func() bool {
 		for _, d := range devices() {
@@ -190,6 +168,28 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 		t.Errorf("device %s missed %d windows during the flood (at most 1 allowed)", worstDev, worst)
 	}
 	gw.stop(10 * time.Second)
+}
+
+// runFleetGateway runs binary on a config of head (its [http] section and
+// any other but [poll]) and the UDP loggers at addrs, each a "th" logger
+// (temperature, humidity) polled every interval, until its page is up.
+func runFleetGateway(t *testing.T, binary, head string, addrs []string, interval, timeout time.Duration) (*proc, string) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(head)
+	b.WriteString("[poll]\nudp_listen = \"127.0.0.1:0\"\n")
+	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
+	for i, addr := range addrs {
+		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = %q\ntimeout = %q\n",
+			i+1, addr, interval, timeout)
+	}
+	cfg := filepath.Join(t.TempDir(), "edgegw.toml")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := startProcBin(t, binary, "run", "-config", cfg)
+	line := gw.waitLine("edgegw running", 20*time.Second)
+	return gw, line[strings.Index(line, "page=")+len("page="):]
 }
 
 // simFleet runs `edgegw sim` with n UDP loggers on random ports and

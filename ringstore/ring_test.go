@@ -79,6 +79,35 @@ func TestRingOverflowResets(t *testing.T) {
 	}
 }
 
+// SinceN returns the oldest n of what Since would, across the ring's wrap,
+// and all of it when fewer are newer.
+func TestRingSinceNChunks(t *testing.T) {
+	r := memRing(t, 4)
+	for i := 0; i < 3; i++ {
+		r.Append(batch("d", "a", "b")) // seqs 1..6, ring holds 3..6 (wrapped)
+	}
+	var got []uint64
+	for after := uint64(2); after < 6; {
+		res := r.SinceN(after, 3, nil)
+		if res.Reset || len(res.Samples) == 0 || len(res.Samples) > 3 || res.Seq != 6 {
+			t.Fatalf("sinceN(%d, 3): %+v", after, res)
+		}
+		for _, s := range res.Samples {
+			got = append(got, s.Seq)
+		}
+		after = res.Samples[len(res.Samples)-1].Seq
+	}
+	if fmt.Sprint(got) != "[3 4 5 6]" {
+		t.Fatalf("chunks gave seqs %v, want [3 4 5 6]", got)
+	}
+	if res := r.SinceN(1, 3, nil); !res.Reset {
+		t.Fatal("sinceN from before the ring: want reset")
+	}
+	if res := r.SinceN(3, 0, nil); len(res.Samples) != 3 {
+		t.Fatalf("sinceN with n 0: %d samples, want all 3", len(res.Samples))
+	}
+}
+
 func TestRingSnapshotLatestPerTag(t *testing.T) {
 	r := memRing(t, 4)
 	r.Append([]Sample{{Device: "b", Tag: "x", Value: 1}, {Device: "a", Tag: "y", Value: 2}})

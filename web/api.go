@@ -33,12 +33,17 @@ import (
 //	200 {"gateway":"gw-01","version":"1.2.0","seq":1042,"epoch":"9f3c04e1a2b3c4d5","uptime_s":3600,
 //	     "upstream":{"path":"websocket","queue_samples":12,"queue_bytes":1340,"oldest_unack_us":1764450000000000,
 //	                 "oldest_unack_age_s":0.8,"dropped":0,"reconnects":1,"sent_ws":35000,"sent_mqtt":120},
-//	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":0,"rejected":0},
+//	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":1,
+//	                "ws_dropped_by":{"queue_full":0,"write_timeout":1,"no_pong":0,"queue_budget":0},
+//	                "ws_queued_bytes":16384,"ws_queue_budget_bytes":8388608,"rejected":0},
 //	     "ring":{"size":5760,"resume_window_s":60},"writes":false}
 //	    upstream.path: off | websocket | mqtt | buffering | unauthorized ("off" when none configured).
 //	    queue (with an upstream): {"mode":"disk","corrupt":0}; mode "memory" without data_dir, and
 //	    "memory (disk: no space left on device)" while the disk refuses writes (samples then wait in
 //	    RAM, bounded by max_bytes); corrupt: queue records skipped because their checksum failed.
+//	    clients.ws_dropped: WebSocket clients dropped as too slow, by reason in ws_dropped_by;
+//	    ws_queued_bytes: bytes in messages encoded for one client alone (snapshots, resume
+//	    chunks) not yet written, all clients; beyond ws_queue_budget_bytes a client is closed (1013).
 //
 //	GET /healthz
 //	200 {"status":"ok","seq":1042,"uptime_s":3600,"gateway":"gw-01","version":"1.2.0"}
@@ -209,11 +214,14 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	snap := s.cfg.Ring.Snapshot()
 	st := s.Stats()
 	type clients struct {
-		Short     int64  `json:"short_polling"`
-		Long      int64  `json:"long_polling"`
-		WS        int64  `json:"websocket"`
-		WSDropped uint64 `json:"ws_dropped"`
-		Rejected  uint64 `json:"rejected"`
+		Short     int64   `json:"short_polling"`
+		Long      int64   `json:"long_polling"`
+		WS        int64   `json:"websocket"`
+		WSDropped uint64  `json:"ws_dropped"`
+		WSDropBy  WSDrops `json:"ws_dropped_by"`
+		WSQueued  int64   `json:"ws_queued_bytes"`
+		WSBudget  int64   `json:"ws_queue_budget_bytes"`
+		Rejected  uint64  `json:"rejected"`
 	}
 	type queue struct {
 		Mode    string `json:"mode"`
@@ -241,7 +249,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		UptimeS: int64(now.Sub(s.started).Seconds()), Upstream: s.upstream(now),
 		Clients: clients{
 			Short: st.ShortPolling.Active, Long: st.LongPolling.Active, WS: st.WebSocket.Active,
-			WSDropped: st.WSDropped, Rejected: st.ShortPolling.Rejected + st.LongPolling.Rejected + st.WebSocket.Rejected,
+			WSDropped: st.WSDropped, WSDropBy: st.WSDroppedBy, WSQueued: st.WSQueuedBytes, WSBudget: st.WSQueueBudget, Rejected: st.ShortPolling.Rejected + st.LongPolling.Rejected + st.WebSocket.Rejected,
 		},
 		Ring:   ringJSON{Size: s.cfg.RingInfo.Size, ResumeWindowS: math.Round(s.cfg.RingInfo.Window.Seconds()*10) / 10},
 		Writes: s.cfg.WriteToken != "" && s.cfg.Writer != nil,

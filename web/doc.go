@@ -13,8 +13,10 @@
 // through small interfaces, hands writes to a Writer (edge's scheduler behind
 // main's adapter) and imports neither edge nor push. It never reads secret files: main passes tokens in.
 // Every client is bounded (MaxConns, MaxClients per method, rate limits,
-// MaxRequestBytes, MaxWriteBody, timeouts, a bounded WebSocket queue) and a
-// slow WebSocket client is dropped, never waited for.
+// MaxRequestBytes, MaxWriteBody, timeouts, a bounded WebSocket queue, a
+// gateway-wide budget of bytes encoded for one WebSocket client alone, a
+// resume served in chunks as the client reads) and a slow WebSocket client
+// is dropped, never waited for.
 //
 // Concurrency: New starts nothing; Serve owns every goroutine (the HTTP
 // server, the one hub goroutine that waits on the ring and encodes each batch

@@ -205,8 +205,16 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 	}
 	p.family("edgegw_web_too_large_total", "counter", "Requests refused because their body exceeded the limit.")
 	p.sample("edgegw_web_too_large_total", float64(st.TooLarge))
-	p.family("edgegw_web_ws_dropped_total", "counter", "WebSocket clients dropped because their queue was full.")
-	p.sample("edgegw_web_ws_dropped_total", float64(st.WSDropped))
+	p.family("edgegw_web_ws_dropped_total", "counter", "WebSocket clients dropped as too slow, by reason: queue_full (the hub found its queue full), "+
+		"write_timeout (a write blocked past its timeout), no_pong (no pong within the read deadline), queue_budget (its next message would pass the queue budget).")
+	dr := st.WSDroppedBy
+	for i, n := range [nDrops]uint64{dropQueueFull: dr.QueueFull, dropWriteTimeout: dr.WriteTimeout, dropNoPong: dr.NoPong, dropBudget: dr.QueueBudget} {
+		p.sample("edgegw_web_ws_dropped_total", float64(n), "reason", dropNames[i])
+	}
+	p.family("edgegw_web_ws_queued_bytes", "gauge", "Bytes in messages encoded for one WebSocket client alone (snapshots, resume chunks) and not yet written, all clients.")
+	p.sample("edgegw_web_ws_queued_bytes", float64(st.WSQueuedBytes))
+	p.family("edgegw_web_ws_queue_budget_bytes", "gauge", "The bound of edgegw_web_ws_queued_bytes; beyond it a client is closed with 1013.")
+	p.sample("edgegw_web_ws_queue_budget_bytes", float64(st.WSQueueBudget))
 	p.family("edgegw_web_ws_frames_sent_total", "counter", "Data frames written to WebSocket clients.")
 	p.sample("edgegw_web_ws_frames_sent_total", float64(st.WSFramesSent))
 	p.family("edgegw_web_ws_bad_messages_total", "counter", "WebSocket clients closed for a malformed or oversized message.")

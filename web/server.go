@@ -27,6 +27,7 @@ import (
 // Ring is what web reads from the ring store.
 type Ring interface {
 	Since(after uint64, dst []ringstore.Sample) ringstore.Result
+	SinceN(after uint64, n int, dst []ringstore.Sample) ringstore.Result // at most n samples
 	Snapshot() *ringstore.Snapshot
 }
 
@@ -53,6 +54,9 @@ const (
 	DefaultWSWriteTimeout  = 5 * time.Second
 	DefaultWSPingInterval  = 20 * time.Second
 	DefaultWSReadLimit     = 4 << 10
+	DefaultWSChunk         = 128
+	DefaultWSQueueBudget   = 8 << 20
+	DefaultWSSendBuffer    = 64 << 10
 )
 
 // Config is the server's configuration; its zero value means "defaults".
@@ -90,6 +94,22 @@ type Config struct {
 	WSWriteTimeout time.Duration // 5s per frame
 	WSPingInterval time.Duration // 20s; the read deadline is 2 pings + WSWriteTimeout
 	WSReadLimit    int64         // 4 KiB per client message
+	// WSChunk bounds the samples of one message that a writer encodes for
+	// its client alone (a resume, a catch-up after the hub skipped): 128.
+	WSChunk int
+	// WSQueueBudget bounds the bytes queued to all WebSocket clients in
+	// messages encoded for one client alone (snapshots, resume chunks), from
+	// the encoding until the write returns: 8 MiB. A client whose next such
+	// message would pass it is closed with 1013 and counted. The hub's
+	// shared frames are outside it: at most WSQueue+1 of them are alive,
+	// however many clients hold them.
+	WSQueueBudget int64
+	// WSSendBuffer is each WebSocket connection's kernel send buffer
+	// (SO_SNDBUF; Linux doubles it): 64 KiB, so a client that does not read
+	// parks at most that in the kernel (Linux otherwise grows it to
+	// tcp_wmem's 4 MiB) and its writer blocks, holding its one message,
+	// until the write times out. < 0: the OS's autotuning.
+	WSSendBuffer int
 
 	GatewayID, Version string // shown on the page, /api/status and /healthz
 
@@ -142,6 +162,15 @@ func (c *Config) fill() {
 	if c.WSReadLimit <= 0 {
 		c.WSReadLimit = DefaultWSReadLimit
 	}
+	if c.WSChunk <= 0 {
+		c.WSChunk = DefaultWSChunk
+	}
+	if c.WSQueueBudget <= 0 {
+		c.WSQueueBudget = DefaultWSQueueBudget
+	}
+	if c.WSSendBuffer == 0 {
+		c.WSSendBuffer = DefaultWSSendBuffer
+	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 2*c.MaxClients + 64
 	}
@@ -178,10 +207,13 @@ type MethodStats struct {
 // ClientStats is a copy of the server's client counters.
 type ClientStats struct {
 	ShortPolling, LongPolling, WebSocket  MethodStats
-	WSDropped                             uint64 // WebSocket clients dropped because their queue was full
-	WSFramesSent                          uint64 // data frames written to WebSocket clients
-	TooLarge                              uint64 // requests refused with 413/431
-	RateLimitedRead, RateLimitedWrite     uint64 // requests refused with 429, per class
+	WSDropped                             uint64  // WebSocket clients dropped as too slow, for any reason of WSDroppedBy
+	WSDroppedBy                           WSDrops // the same, by reason
+	WSQueuedBytes                         int64   // bytes in messages encoded for one WebSocket client alone, not yet written (all clients)
+	WSQueueBudget                         int64   // the bound of WSQueuedBytes (Config.WSQueueBudget)
+	WSFramesSent                          uint64  // data frames written to WebSocket clients
+	TooLarge                              uint64  // requests refused with 413/431
+	RateLimitedRead, RateLimitedWrite     uint64  // requests refused with 429, per class
 	RateLimitedMonitor, RateLimitedAuth   uint64
 	HashRefused                           uint64 // 429: no hashing slot or CPU budget for a password verification
 	PasswordHashes                        uint64 // PBKDF2 verifications run (credentials not in the cache)
@@ -191,6 +223,14 @@ type ClientStats struct {
 	AcceptErrors                          uint64 // Accept failures (out of file descriptors): clients left waiting
 	WSBadMessages                         uint64 // WebSocket clients closed for a malformed or oversized message
 	WritesOK, WritesFailed, WritesRefused uint64 // POST /api/write: confirmed; failed in the writer; refused before it (400/403/413/415)
+}
+
+// WSDrops counts the WebSocket clients dropped as too slow, by reason.
+type WSDrops struct {
+	QueueFull    uint64 `json:"queue_full"`    // the hub found its queue of WSQueue frames full
+	WriteTimeout uint64 `json:"write_timeout"` // a write blocked past WSWriteTimeout
+	NoPong       uint64 `json:"no_pong"`       // no pong within the read deadline (2 pings + WSWriteTimeout)
+	QueueBudget  uint64 `json:"queue_budget"`  // its next message would have passed WSQueueBudget
 }
 
 // Server is the local HTTP server. Build it with New.
@@ -204,7 +244,8 @@ type Server struct {
 	anyOrig bool
 
 	methods  [nMethods]methodCounters
-	wsDrops  atomic.Uint64
+	wsDrops  [nDrops]atomic.Uint64
+	wsQueued atomic.Int64 // bytes counted against WSQueueBudget
 	wsFrames atomic.Uint64
 	tooLarge atomic.Uint64
 
@@ -427,9 +468,13 @@ func (s *Server) Stats() ClientStats {
 		c := &s.methods[m]
 		return MethodStats{Active: c.active.Load(), Served: c.served.Load(), Rejected: c.rejected.Load()}
 	}
+	drops := WSDrops{QueueFull: s.wsDrops[dropQueueFull].Load(), WriteTimeout: s.wsDrops[dropWriteTimeout].Load(),
+		NoPong: s.wsDrops[dropNoPong].Load(), QueueBudget: s.wsDrops[dropBudget].Load()}
 	return ClientStats{
 		ShortPolling: get(mShort), LongPolling: get(mLong), WebSocket: get(mWS),
-		WSDropped: s.wsDrops.Load(), WSFramesSent: s.wsFrames.Load(), TooLarge: s.tooLarge.Load(),
+		WSDropped: drops.QueueFull + drops.WriteTimeout + drops.NoPong + drops.QueueBudget, WSDroppedBy: drops,
+		WSQueuedBytes: s.wsQueued.Load(), WSQueueBudget: s.cfg.WSQueueBudget,
+		WSFramesSent: s.wsFrames.Load(), TooLarge: s.tooLarge.Load(),
 		RateLimitedRead: s.lim.limited[classRead].Load(), RateLimitedWrite: s.lim.limited[classWrite].Load(),
 		RateLimitedMonitor: s.lim.limited[classMonitor].Load(), RateLimitedAuth: s.lim.limited[classAuth].Load(),
 		HashRefused: s.hashRefused.Load(), PasswordHashes: s.passwordHashes(),

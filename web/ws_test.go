@@ -467,11 +467,11 @@ func TestSilentWebSocketClientDropped(t *testing.T) {
 	waitFor(t, 5*time.Second, "one log line", func() bool { return strings.Contains(logs.String(), "dropped a slow websocket client") })
 	line := logs.String()
 	if n := strings.Count(line, "dropped a slow websocket client"); n != 1 || !strings.Contains(line, "remote="+raw.LocalAddr().String()) ||
-		!strings.Contains(line, `reason="no pong`) {
+		!strings.Contains(line, "reason=no_pong") {
 		t.Fatalf("%d lines, want 1 with the address %s:\n%s", n, raw.LocalAddr(), line)
 	}
 	_, _, m := ts.get(t, "/metrics")
-	if !strings.Contains(string(m), "edgegw_web_ws_dropped_total 1\n") {
+	if !strings.Contains(string(m), `edgegw_web_ws_dropped_total{reason="no_pong"} 1`+"\n") {
 		t.Error("drop not in /metrics")
 	}
 	good.Close()
