@@ -74,7 +74,7 @@ type Config struct {
 
 	AllowedOrigins []string // WebSocket upgrade and CORS allow-list ("http://host:port", "*"); empty = same origin only
 
-	// Access control (security.go). Secrets come from files or the
+	// Access control (auth.go, ratelimit.go, clientip.go). Secrets come from files or the
 	// environment (main reads them) and are never logged.
 	WriteToken     string     // bearer token for POST /api/write; "" = writes off (403)
 	Writer         Writer     // nil = writes off (403)
@@ -278,7 +278,7 @@ func New(cfg Config) *Server {
 		EnableCompression: false,
 	}
 	mux := http.NewServeMux()
-	// Every route is rate-limited first (security.go), then authenticated.
+	// Every route is rate-limited first (ratelimit.go), then authenticated.
 	mux.HandleFunc("GET /{$}", s.limit(classRead, s.readAuth(s.handlePage)))
 	mux.HandleFunc("GET /api/shortPolling", s.limit(classRead, s.readAuth(s.handleShort)))
 	mux.HandleFunc("GET /api/longPolling", s.limit(classRead, s.readAuth(s.handleLong)))
