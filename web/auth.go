@@ -95,7 +95,7 @@ func (s *Server) checkBasic(w http.ResponseWriter, r *http.Request, user, pass s
 	}
 	if !b.acquire(r.Context()) {
 		s.hashRefused.Add(1)
-		s.rlog.Log(s.log, "hash busy", "web: password verification busy; client refused", "client", clientIP(r).String())
+		s.rlog.Log(s.log, "hash busy", "web: password verification busy; client refused", "client", s.clientIP(r).String())
 		s.tooMany(w, r, time.Second, "busy verifying passwords")
 		return authAnswered
 	}
@@ -108,7 +108,7 @@ func (s *Server) checkBasic(w http.ResponseWriter, r *http.Request, user, pass s
 	}
 	if wait := b.budget.take(time.Now()); wait > 0 {
 		s.hashRefused.Add(1)
-		s.rlog.Log(s.log, "hash budget", "web: password hashing over its CPU budget; client refused", "client", clientIP(r).String())
+		s.rlog.Log(s.log, "hash budget", "web: password hashing over its CPU budget; client refused", "client", s.clientIP(r).String())
 		s.tooMany(w, r, wait, "busy verifying passwords")
 		return authAnswered
 	}
@@ -152,7 +152,7 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, msg string
 	if !charged && !s.admit(w, r, classAuth) {
 		return
 	}
-	s.rlog.Log(s.log, "auth", "web: request without valid credentials", "client", clientIP(r).String(), "path", r.URL.Path)
+	s.rlog.Log(s.log, "auth", "web: request without valid credentials", "client", s.clientIP(r).String(), "path", r.URL.Path)
 	w.Header().Set("WWW-Authenticate", `Bearer realm="edgegw"`)
 	if s.basic != nil {
 		w.Header().Add("WWW-Authenticate", `Basic realm="edgegw", charset="UTF-8"`)

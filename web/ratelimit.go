@@ -23,24 +23,37 @@ type Rate struct {
 	Burst  int
 }
 
-// RateLimits bounds each client IP per route class. The limit is checked
-// before any other work on the request (parsing credentials, hashing a
-// password, reading the ring):
+// RateLimits bounds each client IP. What costs is counted: a request by a
+// token of its class's bucket, checked before any other work on the request
+// (parsing credentials, hashing a password, reading the ring); a held
+// connection (a WebSocket, a waiting long poll) by a slot of the client's
+// ConnsPerClient while it is open, never by a token per second.
 //
-//	Read     the page and the API reads (/, /api/shortPolling, longPolling, ws, devices, status, preflights)
+//	Poll     GET /api/shortPolling, and a long poll answered with the full snapshot
+//	         (lastSequence 0, or older than the ring)
+//	Read     the page, its assets, /api/devices, status, history, trends, preflights
+//	Connect  WebSocket upgrades (then the connection holds a slot)
 //	Monitor  /metrics and /healthz
 //	Write    POST /api/write
 //	Auth     failed authentications, and password verifications (a PBKDF2 of basic
 //	         credentials not in the cache): guessing runs into 429 after a few tries
 //
-// Loopback clients are limited like any other unless ExemptLoopback is set
-// (for a local reverse proxy, through which every client is 127.0.0.1:
-// limit in the proxy then).
+// The defaults serve, from one host (a SCADA server, an HMI server, a
+// reverse proxy), 1000 WebSocket clients, 100 long pollers and 50 short
+// pollers at 10 Hz at once, with room to spare; a client hammering
+// shortPolling with no pause is still refused beyond 1000/s.
+//
+// Loopback clients are limited like any other unless ExemptLoopback is set.
+// Behind a reverse proxy, list it in Config.TrustedProxies so that the
+// limits apply to each real client (X-Forwarded-For).
 type RateLimits struct {
-	Read           Rate // 20/s, burst 40
+	Poll           Rate // 1000/s, burst 1000
+	Read           Rate // 100/s, burst 400
+	Connect        Rate // 200/s, burst 2000
 	Monitor        Rate // 5/s, burst 20
 	Write          Rate // 2/s, burst 5
 	Auth           Rate // 0.5/s, burst 5
+	ConnsPerClient int  // WebSocket connections plus waiting long polls per client IP (2000); negative: no limit
 	ExemptLoopback bool // loopback clients are not limited
 	Clients        int  // client IPs tracked (4096); beyond it the unknown ones share one bucket
 
@@ -62,15 +75,18 @@ type RateLimits struct {
 
 // Defaults of RateLimits.
 var (
-	DefaultReadRate    = Rate{PerSec: 20, Burst: 40}
+	DefaultPollRate    = Rate{PerSec: 1000, Burst: 1000}
+	DefaultReadRate    = Rate{PerSec: 100, Burst: 400}
+	DefaultConnectRate = Rate{PerSec: 200, Burst: 2000}
 	DefaultMonitorRate = Rate{PerSec: 5, Burst: 20}
 	DefaultWriteRate   = Rate{PerSec: 2, Burst: 5}
 	DefaultAuthRate    = Rate{PerSec: 0.5, Burst: 5}
 )
 
 const (
-	DefaultHold    = 500 * time.Millisecond
-	DefaultHashCPU = 0.1
+	DefaultConnsPerClient = 2000
+	DefaultHold           = 500 * time.Millisecond
+	DefaultHashCPU        = 0.1
 )
 
 func (r *Rate) fill(def Rate) {
@@ -86,10 +102,15 @@ func (r *Rate) fill(def Rate) {
 }
 
 func (c *RateLimits) fill() {
+	c.Poll.fill(DefaultPollRate)
 	c.Read.fill(DefaultReadRate)
+	c.Connect.fill(DefaultConnectRate)
 	c.Monitor.fill(DefaultMonitorRate)
 	c.Write.fill(DefaultWriteRate)
 	c.Auth.fill(DefaultAuthRate)
+	if c.ConnsPerClient == 0 {
+		c.ConnsPerClient = DefaultConnsPerClient
+	}
 	if c.Clients <= 0 {
 		c.Clients = 4096
 	}
@@ -109,17 +130,24 @@ func (c *RateLimits) fill() {
 
 // Request classes of the rate limiter.
 const (
-	classRead = iota
+	classPoll = iota
+	classRead
+	classConnect
 	classMonitor
 	classWrite
 	classAuth
 	nClasses
 )
 
-var classNames = [nClasses]string{classRead: "read", classMonitor: "monitor", classWrite: "write", classAuth: "auth"}
+var classNames = [nClasses]string{classPoll: "poll", classRead: "read", classConnect: "connect",
+	classMonitor: "monitor", classWrite: "write", classAuth: "auth"}
 
 func (c *RateLimits) rate(class int) Rate {
 	switch class {
+	case classPoll:
+		return c.Poll
+	case classConnect:
+		return c.Connect
 	case classMonitor:
 		return c.Monitor
 	case classWrite:
@@ -195,15 +223,6 @@ func (l *limiter) sweep(now time.Time) {
 	}
 }
 
-// clientIP is the peer address (forwarding headers are not trusted).
-func clientIP(r *http.Request) netip.Addr {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return netip.Addr{}
-	}
-	return ap.Addr().Unmap()
-}
-
 // limit refuses a request beyond its client's rate of class with 429 +
 // Retry-After, before anything else is done for it.
 func (s *Server) limit(class int, next http.HandlerFunc) http.HandlerFunc {
@@ -216,7 +235,7 @@ func (s *Server) limit(class int, next http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, class int) bool {
-	ip := clientIP(r)
+	ip := s.clientIP(r)
 	ok, wait := s.lim.allow(ip, class, time.Now())
 	if ok {
 		return true
@@ -253,4 +272,38 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 	case <-s.shutdown:
 	}
+}
+
+// refusedJSON is /api/status's "refused": every request the server turned
+// away since start, by cause (the same counters as /metrics).
+//
+//	"refused":{"rate_limited":{"poll":0,"read":0,"connect":0,"monitor":0,"write":0,"auth":0,"hash":0},
+//	           "connections_per_client":0,"forbidden":0,"unauthorized":0,"max_clients":0,"max_conns":0,"too_large":0}
+type refusedJSON struct {
+	RateLimited struct {
+		Poll    uint64 `json:"poll"`
+		Read    uint64 `json:"read"`
+		Connect uint64 `json:"connect"`
+		Monitor uint64 `json:"monitor"`
+		Write   uint64 `json:"write"`
+		Auth    uint64 `json:"auth"`
+		Hash    uint64 `json:"hash"`
+	} `json:"rate_limited"`
+	ConnsPerClient uint64 `json:"connections_per_client"` // 429: the client held its ConnsPerClient
+	Forbidden      uint64 `json:"forbidden"`              // 403: outside AllowedNetworks
+	Unauthorized   uint64 `json:"unauthorized"`           // 401
+	MaxClients     uint64 `json:"max_clients"`            // 503 beyond MaxClients, every method
+	MaxConns       uint64 `json:"max_conns"`              // closed at accept beyond MaxConns
+	TooLarge       uint64 `json:"too_large"`              // 413/431
+}
+
+func refused(st ClientStats) refusedJSON {
+	var j refusedJSON
+	rl := &j.RateLimited
+	rl.Poll, rl.Read, rl.Connect = st.RateLimitedPoll, st.RateLimitedRead, st.RateLimitedConnect
+	rl.Monitor, rl.Write, rl.Auth, rl.Hash = st.RateLimitedMonitor, st.RateLimitedWrite, st.RateLimitedAuth, st.HashRefused
+	j.ConnsPerClient, j.Forbidden, j.Unauthorized = st.ConnsPerClientLimited, st.Forbidden, st.AuthFailures
+	j.MaxClients = st.ShortPolling.Rejected + st.LongPolling.Rejected + st.WebSocket.Rejected
+	j.MaxConns, j.TooLarge = st.ConnsRefused, st.TooLarge
+	return j
 }
