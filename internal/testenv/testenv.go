@@ -255,8 +255,9 @@ func (m *Mosquitto) Stop() {
 // WaitFor checks cond until it holds, and fails the test when limit passes
 // first. It is how tests wait for a condition: never a bare sleep. The
 // checks start 2 ms apart and slow down to 100 ms, so a condition that asks
-// the gateway over HTTP stays under its per-client rate limit (20/s for
-// reads, loopback included) and leaves room for the test's other clients.
+// the gateway over HTTP (10 requests a second at most, once slowed) stays
+// well under its per-client limits (web's RateLimits: 100/s for reads,
+// loopback included) and leaves room for the test's other clients.
 func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
