@@ -299,6 +299,7 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /api/devices", s.limit(classRead, s.readAuth(s.handleDevices)))
 	mux.HandleFunc("GET /api/status", s.limit(classRead, s.readAuth(s.handleStatus)))
 	mux.HandleFunc("GET /api/history", s.limit(classRead, s.readAuth(s.handleHistory)))
+	mux.HandleFunc("GET /api/trends", s.limit(classRead, s.readAuth(s.handleTrends)))
 	mux.HandleFunc("GET /assets/{file}", s.limit(classRead, s.readAuth(s.handleAsset)))
 	mux.HandleFunc("POST /api/write", s.limit(classWrite, s.handleWrite))
 	mux.HandleFunc("OPTIONS /api/{path...}", s.limit(classRead, s.handlePreflight))

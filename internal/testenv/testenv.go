@@ -316,3 +316,26 @@ func Wait(t testing.TB, limit time.Duration, what string, wait func()) {
 	go func() { wait(); close(done) }()
 	Closed(t, done, limit, what)
 }
+
+// NeedFiles lifts the process's RLIMIT_NOFILE to at least n for the test
+// (children started meanwhile inherit it), or skips the test when the hard
+// limit is lower.
+func NeedFiles(t testing.TB, n uint64) {
+	t.Helper()
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if rl.Cur >= n {
+		return
+	}
+	if rl.Max < n {
+		t.Skipf("RLIMIT_NOFILE hard limit %d < %d needed", rl.Max, n)
+	}
+	old := rl
+	rl.Cur = n
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+}
