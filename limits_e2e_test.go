@@ -157,6 +157,7 @@ func TestDefaultLimitsE2E(t *testing.T) {
 			}
 			resp, err := host.Get(u)
 			if err != nil {
+				t.Errorf("%s: %v", u, err)
 				bad.Add(1)
 				return
 			}
@@ -168,7 +169,9 @@ func TestDefaultLimitsE2E(t *testing.T) {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != 200 || err != nil {
-				bad.Add(1)
+				if bad.Add(1) == 1 && gwBin == bin {
+					t.Errorf("%s: HTTP %d %v", u, resp.StatusCode, err)
+				}
 			} else {
 				ok.Add(1)
 				if mine != nil {
@@ -199,7 +202,11 @@ func TestDefaultLimitsE2E(t *testing.T) {
 		}
 		return m
 	}
-	waitFor(t, 120*time.Second, "30 replies to every short poller", func() bool { return minShort() >= 30 })
+	mixedAt := time.Now()
+	waitFor(t, 120*time.Second, "30 replies to every short poller", func() bool {
+		return minShort() >= 30 || gwBin == bin && longBad.Load()+shortBad.Load() > 0 ||
+			gwBin != bin && time.Since(mixedAt) > 30*time.Second // another build: 30 s of figures
+	})
 	mixed := status()
 	t.Logf("mixed load from one host beside the WebSocket clients: %d long pollers %d replies, %d refused; %d short pollers at 10 Hz %d replies, %d refused; gateway counted %d refusals",
 		nLong, longOK.Load(), longBad.Load(), nShort, shortOK.Load(), shortBad.Load(), mixed.total())
