@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,7 +42,8 @@ func (r refusedJSON) total() (n uint64) {
 // (at most burst + rate × time served) and every 429 counted, while the
 // first host's clients are still served and no logger misses more than one
 // poll window (the gateway's own counters). EDGEGW_LIMITS_BIN=/path runs
-// it against another build for its figures only (the one before).
+// it against another build for its figures only (the one before);
+// EDGEGW_LIMITS_WS=N connects N WebSocket clients instead of 1000.
 func TestDefaultLimitsE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -50,8 +52,16 @@ func TestDefaultLimitsE2E(t *testing.T) {
 	if b := os.Getenv("EDGEGW_LIMITS_BIN"); b != "" {
 		gwBin = b
 	}
-	const nWS, nLong, nShort, nFlood = 1000, 100, 50, 50
-	testenv.NeedFiles(t, 4*(nWS+nLong+nShort+nFlood))
+	const nLong, nShort, nFlood = 100, 50, 50
+	nWS := 1000
+	if v := os.Getenv("EDGEGW_LIMITS_WS"); v != "" { // another count of WebSocket clients, for figures
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("EDGEGW_LIMITS_WS=%q: want a count", v)
+		}
+		nWS = n
+	}
+	testenv.NeedFiles(t, uint64(4*(nWS+nLong+nShort+nFlood)))
 	addrs := simFleet(t, 48)
 	dir := t.TempDir()
 	var b strings.Builder
