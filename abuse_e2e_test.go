@@ -144,17 +144,7 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 	after, cpu1 := devices(), cpuTicks(t, gw.cmd.Process.Pid)
 
 	cpu := float64(cpu1-cpu0) / 100 / elapsed.Seconds()
-	var polls, good uint64
-	worst, worstDev := uint64(0), ""
-	for name, a := range after {
-		p := before[name]
-		n := (a.Polls - p.Polls) + (a.Overruns - p.Overruns)
-		g := a.GoodPolls - p.GoodPolls
-		polls, good = polls+n, good+g
-		if n-g > worst {
-			worst, worstDev = n-g, name
-		}
-	}
+	polls, good, worst, worstDev := windows(before, after)
 	t.Logf("flood %d clients × %v (binary %s): replies %v, first 429 after %v; gateway CPU %.1f%% of one core; "+
 		"valid sample rate %.2f%% (%d of %d polls); worst device %s missed %d windows",
 		spec.workers, spec.dur, gwBin, codes, first429, 100*cpu, 100*float64(good)/float64(max(polls, 1)), good, polls, worstDev, worst)
@@ -172,7 +162,8 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 
 // runFleetGateway runs binary on a config of head (its [http] section and
 // any other but [poll]) and the UDP loggers at addrs, each a "th" logger
-// (temperature, humidity) polled every interval, until its page is up.
+// (temperature, humidity) polled every interval (timeout 0: the default),
+// until its page is up.
 func runFleetGateway(t *testing.T, binary, head string, addrs []string, interval, timeout time.Duration) (*proc, string) {
 	t.Helper()
 	var b strings.Builder
@@ -180,16 +171,40 @@ func runFleetGateway(t *testing.T, binary, head string, addrs []string, interval
 	b.WriteString("[poll]\nudp_listen = \"127.0.0.1:0\"\n")
 	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
 	for i, addr := range addrs {
-		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = %q\ntimeout = %q\n",
-			i+1, addr, interval, timeout)
+		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = %q\n", i+1, addr, interval)
+		if timeout > 0 {
+			fmt.Fprintf(&b, "timeout = %q\n", timeout)
+		}
 	}
-	cfg := filepath.Join(t.TempDir(), "edgegw.toml")
-	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
+	return runConfig(t, binary, filepath.Join(t.TempDir(), "edgegw.toml"), b.String())
+}
+
+// runConfig writes text to cfg and runs `binary run -config cfg`,
+// returning it with its page URL.
+func runConfig(t *testing.T, binary, cfg, text string) (*proc, string) {
+	t.Helper()
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	gw := startProcBin(t, binary, "run", "-config", cfg)
 	line := gw.waitLine("edgegw running", 20*time.Second)
 	return gw, line[strings.Index(line, "page=")+len("page="):]
+}
+
+// windows counts the poll windows of every device between two readings of
+// /api/devices: polls (overruns included), good ones, and the device that
+// missed most.
+func windows(before, after map[string]devCounts) (polls, good, worst uint64, worstDev string) {
+	for name, a := range after {
+		p := before[name]
+		n := (a.Polls - p.Polls) + (a.Overruns - p.Overruns)
+		g := a.GoodPolls - p.GoodPolls
+		polls, good = polls+n, good+g
+		if n-g > worst {
+			worst, worstDev = n-g, name
+		}
+	}
+	return polls, good, worst, worstDev
 }
 
 // simFleet runs `edgegw sim` with n UDP loggers on random ports and

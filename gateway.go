@@ -105,8 +105,8 @@ func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
 		WriteToken: writeToken, Writer: edgeWriter{g.sched}, ReadToken: readToken,
 		BasicAuthUser: c.HTTP.BasicAuthUser, BasicAuthHash: basicHash, ProtectMetrics: c.HTTP.ProtectMetrics,
 		TLSCertFile: c.HTTP.TLSCertFile, TLSKeyFile: c.HTTP.TLSKeyFile,
-		RateLimit: web.RateLimits{ExemptLoopback: c.HTTP.ExemptLoopback},
-		Ring:      ring, Devices: g.sched, Upstream: g.up, Acquisition: g.acq, Logger: log.With("pkg", "web"),
+		RateLimit: webLimits(c.HTTP), TrustedProxies: c.HTTP.TrustedProxies, AllowedNetworks: c.HTTP.AllowedNetworks,
+		Ring: ring, Devices: g.sched, Upstream: g.up, Acquisition: g.acq, Logger: log.With("pkg", "web"),
 		History: g.hist, RingInfo: web.RingInfo{Size: size, Window: window},
 		Storage: storageOf(g.queue), HealthzUpstreamMaxDown: c.HTTP.HealthzUpstreamMaxDown,
 	})

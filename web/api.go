@@ -36,7 +36,9 @@ import (
 //	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":1,
 //	                "ws_dropped_by":{"queue_full":0,"write_timeout":1,"no_pong":0,"queue_budget":0},
 //	                "ws_queued_bytes":16384,"ws_queue_budget_bytes":8388608,"rejected":0},
+//	     "refused":{"rate_limited":{"poll":0,…},"connections_per_client":0,"forbidden":0,…},
 //	     "ring":{"size":5760,"resume_window_s":60},"writes":false}
+//	    refused: every request turned away since start, by cause (ratelimit.go, refusedJSON).
 //	    upstream.path: off | websocket | mqtt | buffering | unauthorized ("off" when none configured).
 //	    queue (with an upstream): {"mode":"disk","corrupt":0}; mode "memory" without data_dir, and
 //	    "memory (disk: no space left on device)" while the disk refuses writes (samples then wait in
@@ -241,6 +243,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Upstream upstreamJSON `json:"upstream"`
 		Queue    *queue       `json:"queue,omitempty"`
 		Clients  clients      `json:"clients"`
+		Refused  refusedJSON  `json:"refused"` // ratelimit.go
 		Ring     ringJSON     `json:"ring"`
 		Writes   bool         `json:"writes"` // POST /api/write is on (a write token is set)
 	}{
@@ -251,8 +254,9 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 			Short: st.ShortPolling.Active, Long: st.LongPolling.Active, WS: st.WebSocket.Active,
 			WSDropped: st.WSDropped, WSDropBy: st.WSDroppedBy, WSQueued: st.WSQueuedBytes, WSBudget: st.WSQueueBudget, Rejected: st.ShortPolling.Rejected + st.LongPolling.Rejected + st.WebSocket.Rejected,
 		},
-		Ring:   ringJSON{Size: s.cfg.RingInfo.Size, ResumeWindowS: math.Round(s.cfg.RingInfo.Window.Seconds()*10) / 10},
-		Writes: s.cfg.WriteToken != "" && s.cfg.Writer != nil,
+		Refused: refused(st),
+		Ring:    ringJSON{Size: s.cfg.RingInfo.Size, ResumeWindowS: math.Round(s.cfg.RingInfo.Window.Seconds()*10) / 10},
+		Writes:  s.cfg.WriteToken != "" && s.cfg.Writer != nil,
 	})
 }
 

@@ -6,9 +6,10 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"edgegw/internal/testenv"
 
 	"github.com/gorilla/websocket"
 )
@@ -30,25 +31,8 @@ func stream(t *testing.T, ts *testServer, n int) uint64 {
 	return last
 }
 
-func needFiles(t *testing.T, n uint64) {
-	t.Helper()
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		t.Fatal(err)
-	}
-	if rl.Cur >= n {
-		return
-	}
-	if rl.Max < n {
-		t.Skipf("RLIMIT_NOFILE hard limit %d < %d needed", rl.Max, n)
-	}
-	old := rl
-	rl.Cur = n
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
-}
+// needFiles is testenv.NeedFiles.
+var needFiles = testenv.NeedFiles
 
 func TestThousandLongPollers(t *testing.T) {
 	if testing.Short() {
@@ -56,7 +40,8 @@ func TestThousandLongPollers(t *testing.T) {
 	}
 	needFiles(t, 3*loadClients)
 	ring := newRing(t, 1000) // 90 samples: no client may fall out of the ring
-	ts := startServer(t, Config{Ring: ring, LongPollTimeout: 10 * time.Second})
+	// Loopback limited like any host: the default limits serve 1000 long pollers.
+	ts := startServer(t, Config{Ring: ring, LongPollTimeout: 10 * time.Second, RateLimit: defaultLimits})
 	const batches = 30
 	start := ring.Seq()
 	final := start + 3*batches
@@ -127,7 +112,7 @@ func TestThousandWebSockets(t *testing.T) {
 	}
 	needFiles(t, 3*loadClients)
 	ring := newRing(t, 1000)
-	ts := startServer(t, Config{Ring: ring})
+	ts := startServer(t, Config{Ring: ring, RateLimit: defaultLimits}) // loopback limited like any host
 	const batches = 30
 	var (
 		ready, wg sync.WaitGroup

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -78,7 +79,7 @@ type Config struct {
 
 	AllowedOrigins []string // WebSocket upgrade and CORS allow-list ("http://host:port", "*"); empty = same origin only
 
-	// Access control (security.go). Secrets come from files or the
+	// Access control (auth.go, ratelimit.go, clientip.go). Secrets come from files or the
 	// environment (main reads them) and are never logged.
 	WriteToken     string     // bearer token for POST /api/write; "" = writes off (403)
 	Writer         Writer     // nil = writes off (403)
@@ -87,8 +88,13 @@ type Config struct {
 	BasicAuthHash  string     // HashPassword's output
 	ProtectMetrics bool       // /metrics needs read credentials too (/healthz stays open)
 	RateLimit      RateLimits // per client IP and route class; zero value = defaults, loopback limited too
-	TLSCertFile    string     // HTTPS when both are set (PEM files)
-	TLSKeyFile     string
+	// TrustedProxies: peers whose X-Forwarded-For names the client (clientip.go);
+	// empty = the peer is the client. AllowedNetworks: clients outside get
+	// 403 (counted); empty = every client.
+	TrustedProxies  []netip.Prefix
+	AllowedNetworks []netip.Prefix
+	TLSCertFile     string // HTTPS when both are set (PEM files)
+	TLSKeyFile      string
 
 	WSQueue        int           // 64 frames per client; a full queue drops the client
 	WSWriteTimeout time.Duration // 5s per frame
@@ -215,6 +221,9 @@ type ClientStats struct {
 	TooLarge                              uint64  // requests refused with 413/431
 	RateLimitedRead, RateLimitedWrite     uint64  // requests refused with 429, per class
 	RateLimitedMonitor, RateLimitedAuth   uint64
+	RateLimitedPoll, RateLimitedConnect   uint64
+	ConnsPerClientLimited                 uint64 // 429: the client had RateLimits.ConnsPerClient connections held
+	Forbidden                             uint64 // 403: the client is outside AllowedNetworks
 	HashRefused                           uint64 // 429: no hashing slot or CPU budget for a password verification
 	PasswordHashes                        uint64 // PBKDF2 verifications run (credentials not in the cache)
 	AuthFailures                          uint64 // requests refused with 401
@@ -255,6 +264,8 @@ type Server struct {
 	rlog          backoff.Log
 	dropLog       backoff.Log   // slow WebSocket clients: one line each, at most 1/s
 	held          atomic.Int64  // 429 replies being held
+	slots         connSlots     // held connections per client
+	forbidden     atomic.Uint64 // 403: outside AllowedNetworks
 	hashRefused   atomic.Uint64 // 429 for want of a hashing slot or budget
 	authFailures  atomic.Uint64
 	connsOpen     atomic.Int64
@@ -321,14 +332,17 @@ func New(cfg Config) *Server {
 		EnableCompression: false,
 	}
 	mux := http.NewServeMux()
-	// Every route is rate-limited first (security.go), then authenticated.
+	// Every route is rate-limited first (ratelimit.go), then authenticated.
 	mux.HandleFunc("GET /{$}", s.limit(classRead, s.readAuth(s.handlePage)))
-	mux.HandleFunc("GET /api/shortPolling", s.limit(classRead, s.readAuth(s.handleShort)))
-	mux.HandleFunc("GET /api/longPolling", s.limit(classRead, s.readAuth(s.handleLong)))
-	mux.HandleFunc("GET /api/ws", s.limit(classRead, s.readAuth(s.handleWS)))
+	// A long poll or a WebSocket holds a slot of its client while open; a
+	// long poll takes a poll token only when answered with the snapshot.
+	mux.HandleFunc("GET /api/shortPolling", s.limit(classPoll, s.readAuth(s.handleShort)))
+	mux.HandleFunc("GET /api/longPolling", s.readAuth(s.slot(s.handleLong)))
+	mux.HandleFunc("GET /api/ws", s.limit(classConnect, s.readAuth(s.slot(s.handleWS))))
 	mux.HandleFunc("GET /api/devices", s.limit(classRead, s.readAuth(s.handleDevices)))
 	mux.HandleFunc("GET /api/status", s.limit(classRead, s.readAuth(s.handleStatus)))
 	mux.HandleFunc("GET /api/history", s.limit(classRead, s.readAuth(s.handleHistory)))
+	mux.HandleFunc("GET /api/trends", s.limit(classRead, s.readAuth(s.handleTrends)))
 	mux.HandleFunc("GET /assets/{file}", s.limit(classRead, s.readAuth(s.handleAsset)))
 	mux.HandleFunc("POST /api/write", s.limit(classWrite, s.handleWrite))
 	mux.HandleFunc("OPTIONS /api/{path...}", s.limit(classRead, s.handlePreflight))
@@ -477,6 +491,8 @@ func (s *Server) Stats() ClientStats {
 		WSFramesSent: s.wsFrames.Load(), TooLarge: s.tooLarge.Load(),
 		RateLimitedRead: s.lim.limited[classRead].Load(), RateLimitedWrite: s.lim.limited[classWrite].Load(),
 		RateLimitedMonitor: s.lim.limited[classMonitor].Load(), RateLimitedAuth: s.lim.limited[classAuth].Load(),
+		RateLimitedPoll: s.lim.limited[classPoll].Load(), RateLimitedConnect: s.lim.limited[classConnect].Load(),
+		ConnsPerClientLimited: s.slots.limited.Load(), Forbidden: s.forbidden.Load(),
 		HashRefused: s.hashRefused.Load(), PasswordHashes: s.passwordHashes(),
 		AuthFailures: s.authFailures.Load(), ConnsOpen: s.connsOpen.Load(), ConnsRefused: s.connsRefused.Load(),
 		AcceptErrors:  s.acceptErrors.Load(),
@@ -510,11 +526,20 @@ func (s *Server) release(m method) {
 	s.methods[m].served.Add(1)
 }
 
-// guard applies the request bounds every route shares: bodies beyond
-// MaxRequestBytes are refused (413) or cut (MaxBytesReader), and CORS headers
-// are set for allowed cross origins.
+// guard applies the request bounds every route shares: clients outside
+// AllowedNetworks are refused (403), bodies beyond MaxRequestBytes are
+// refused (413) or cut (MaxBytesReader), and CORS headers are set for
+// allowed cross origins.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(s.cfg.AllowedNetworks) > 0 {
+			if ip := s.clientIP(r); !s.allowedClient(ip) {
+				s.forbidden.Add(1)
+				s.rlog.Log(s.log, "forbidden", "web: client outside allowed_networks refused", "client", ip.String())
+				writeError(w, http.StatusForbidden, "client "+ip.String()+" is not in allowed_networks")
+				return
+			}
+		}
 		if r.ContentLength > s.cfg.MaxRequestBytes {
 			s.tooLarge.Add(1)
 			w.Header().Set("Connection", "close")
