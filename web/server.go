@@ -313,19 +313,8 @@ func (s *Server) Listen() (net.Addr, error) {
 	if s.ln != nil {
 		return s.ln.Addr(), nil
 	}
-	if s.basicErr != nil {
-		return nil, s.basicErr
-	}
-	if (s.cfg.TLSCertFile == "") != (s.cfg.TLSKeyFile == "") {
-		return nil, errors.New("web: tls needs both a certificate file and a key file")
-	}
-	if s.cfg.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("web: tls: %w", err)
-		}
-		// HTTP/1.1 only: WebSocket upgrades and long polls are HTTP/1.1 here.
-		s.tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	if err := s.checkLocked(); err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
@@ -333,6 +322,33 @@ func (s *Server) Listen() (net.Addr, error) {
 	}
 	s.ln = ln
 	return ln.Addr(), nil
+}
+
+// Check reports what Listen refuses before it binds the address (the
+// basic auth hash, the TLS pair), without binding it: `edgegw check`
+// refuses what run would.
+func (s *Server) Check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.checkLocked()
+}
+
+func (s *Server) checkLocked() error {
+	if s.basicErr != nil {
+		return s.basicErr
+	}
+	if (s.cfg.TLSCertFile == "") != (s.cfg.TLSKeyFile == "") {
+		return errors.New("web: tls needs both a certificate file and a key file")
+	}
+	if s.cfg.TLSCertFile != "" && s.tlsConf == nil {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("web: tls: %w", err)
+		}
+		// HTTP/1.1 only: WebSocket upgrades and long polls are HTTP/1.1 here.
+		s.tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	}
+	return nil
 }
 
 // Serve serves HTTP and runs the WebSocket hub until ctx is done, then shuts
