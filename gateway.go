@@ -132,29 +132,10 @@ func (g *gateway) build(c *conf.Config, log *slog.Logger) error {
 		RateLimit: web.RateLimits{ExemptLoopback: c.HTTP.ExemptLoopback},
 		Ring:      g.ring, Devices: g.sched, Upstream: g.up, Acquisition: g.acq, Logger: log.With("pkg", "web"),
 		History: g.hist, RingInfo: web.RingInfo{Size: size, Window: window},
-		Storage: storageOf(g.queue), HealthzUpstreamMaxDown: c.HTTP.HealthzUpstreamMaxDown,
+		Storage: g.storage(c.Gateway.DataDir), HealthzUpstreamMaxDown: c.HTTP.HealthzUpstreamMaxDown,
 	})
 	return g.web.Check() // what Listen would refuse before binding
 }
-
-// storageOf is the durable queue as /healthz's web.Storage: its own
-// QueueHealth when it reports one, else always storing. nil without a queue.
-func storageOf(q *spool.Queue) web.Storage {
-	if q == nil {
-		return nil
-	}
-	if s, ok := any(q).(web.Storage); ok {
-		return s
-	}
-	return storing{}
-}
-
-// storing is a queue that does not report its health: ok.
-type storing struct{}
-
-func (storing) QueueHealth() (bool, string) { return true, "" }
-
-var _ web.Storage = storing{}
 
 // edgeWriter lets web and push write through the scheduler without
 // importing edge: both declare the same one-method Writer.

@@ -371,10 +371,10 @@ func (s *Store) Flush() error {
 // WriteHealth is the writer of Dir: failing is the error of the last write
 // when it failed (nil once one succeeds; writes happen once a Step), last
 // the last write error since Open and at when it happened (zero: none).
-func (s *Store) WriteHealth() (failing, last error, at time.Time) {
+func (s *Store) WriteHealth() (at time.Time, failing, last error) {
 	s.emu.Lock()
 	defer s.emu.Unlock()
-	return s.failing, s.lastErr, s.lastErrAt
+	return s.lastErrAt, s.failing, s.lastErr
 }
 
 // Run ticks at every step boundary (closing buckets, sampling the device

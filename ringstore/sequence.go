@@ -248,10 +248,10 @@ func (s *Sequence) Durable() (bool, error) {
 // WriteHealth is the mark's writer: failing is the error of the last mark
 // write while it fails (nil once one succeeds), last the last mark write
 // error since open and at when it happened (zero: none).
-func (s *Sequence) WriteHealth() (failing, last error, at time.Time) {
+func (s *Sequence) WriteHealth() (at time.Time, failing, last error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.diskErr, s.lastErr, s.lastErrAt
+	return s.lastErrAt, s.diskErr, s.lastErr
 }
 
 // Reserve hands out n consecutive numbers and returns the first. It never

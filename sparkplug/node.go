@@ -227,10 +227,10 @@ func New(cfg Config) (*Node, error) {
 // connection, aliases when tags are added): failing is the error of the
 // last state write when it failed (nil once one succeeds), last the last
 // such error since New and at when it happened (zero: none).
-func (n *Node) WriteHealth() (failing, last error, at time.Time) {
+func (n *Node) WriteHealth() (at time.Time, failing, last error) {
 	n.state.mu.Lock()
 	defer n.state.mu.Unlock()
-	return n.state.failing, n.state.lastErr, n.state.lastErrAt
+	return n.state.lastErrAt, n.state.failing, n.state.lastErr
 }
 
 // CheckID refuses an empty id or one with a character Sparkplug forbids in

@@ -361,10 +361,10 @@ func (q *Queue) degrade(err error) {
 // WriteHealth is the queue's disk writer: failing is the error of the last
 // write while the disk refuses them (nil once a write succeeds), last the
 // last write error since Open and at when it happened (zero: none).
-func (q *Queue) WriteHealth() (failing, last error, at time.Time) {
+func (q *Queue) WriteHealth() (at time.Time, failing, last error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.diskErr, q.lastErr, q.lastErrAt
+	return q.lastErrAt, q.diskErr, q.lastErr
 }
 
 // Mode is "disk", "memory" (no directory) or "memory (disk: <error>)"

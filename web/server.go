@@ -37,12 +37,6 @@ type Devices interface {
 	Devices() []stats.Entry
 }
 
-// Storage says whether samples are being stored (the durable queue: disk
-// full, degraded to memory, …). /healthz is 503 with the reason while not.
-type Storage interface {
-	QueueHealth() (ok bool, reason string)
-}
-
 // Defaults for the zero values of Config.
 const (
 	DefaultListen          = "127.0.0.1:8080"
@@ -98,10 +92,13 @@ type Config struct {
 	Upstream *stats.Upstream // nil: no upstream configured
 	History  History         // nil: /api/history answers 404 (history.go)
 	RingInfo RingInfo        // shown in /api/status
-	Storage  Storage         // nil: storage not checked by /healthz
+	Storage  Storage         // nil: no storage in /api/status, not checked by /healthz (storage.go)
 	// HealthzUpstreamMaxDown: /healthz is 503 once no upstream path has
 	// carried batches (buffering, unauthorized) for longer; 0 = not checked.
 	HealthzUpstreamMaxDown time.Duration
+	// HealthzHold: /healthz changes state only after its checks held for
+	// this long (storage.go, healthHold); 0 = DefaultHealthzHold, < 0 = none.
+	HealthzHold time.Duration
 
 	Acquisition *stats.Acquisition // gateway-wide acquisition counters; nil: not shown
 
@@ -199,6 +196,7 @@ type Server struct {
 	handler http.Handler
 	up      websocket.Upgrader
 	started time.Time
+	healthz *healthHold // /healthz's state
 	origins map[string]bool
 	anyOrig bool
 
@@ -255,6 +253,7 @@ func New(cfg Config) *Server {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		started:  time.Now(),
+		healthz:  &healthHold{hold: holdOf(cfg.HealthzHold)},
 		origins:  make(map[string]bool),
 		shutdown: make(chan struct{}),
 		lim:      newLimiter(cfg.RateLimit),
