@@ -303,7 +303,7 @@ func TestHealthzE2E(t *testing.T) {
 			t.Fatalf("unhealthy for the devices while one polls well: %+v", h)
 		}
 	}
-	waitFor(t, 20*time.Second, "503 for the upstream", func() bool { h = get(); return h.code == 503 })
+	waitFor(t, 40*time.Second, "503 for the upstream (2 s down, then the 10 s hold)", func() bool { h = get(); return h.code == 503 })
 	if h.Status != "unhealthy" || len(h.Reasons) != 1 || !strings.Contains(h.Reasons[0], "upstream down for") || strings.Join(h.Down, ",") != "dead" {
 		t.Fatalf("healthz: %+v", h)
 	}

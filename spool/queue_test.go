@@ -428,6 +428,9 @@ func TestQueueDiskFailsKeepsToMemory(t *testing.T) {
 	if ok, why := q.QueueHealth(); ok || !strings.Contains(why, "not storing") {
 		t.Fatalf("health %v %q", ok, why)
 	}
+	if at, failing, last := q.WriteHealth(); failing == nil || last != failing || at.IsZero() {
+		t.Fatalf("write health while failing: %v %v at %v", failing, last, at)
+	}
 	// Past the bound in memory: the oldest go, counted.
 	const n = 4000 // about 77 bytes each in memory: 300 KiB
 	appendN(q, 15, n)
@@ -445,6 +448,9 @@ func TestQueueDiskFailsKeepsToMemory(t *testing.T) {
 	waitFor(t, "back on disk", func() bool { st := q.Stats(); return st.Mode == "disk" && st.Unwritten == 0 })
 	if ok, _ := q.QueueHealth(); !ok {
 		t.Fatal("health still bad on disk")
+	}
+	if at, failing, last := q.WriteHealth(); failing != nil || last == nil || at.IsZero() {
+		t.Fatalf("write health back on disk: %v, last %v at %v (kept)", failing, last, at)
 	}
 	checkDrops(t, q, 1, 14+n)
 	if r := q.Stats().DroppedRanges; len(r) != 1 || r[0].First != 1 {

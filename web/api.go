@@ -37,7 +37,8 @@ import (
 //	                "ws_dropped_by":{"queue_full":0,"write_timeout":1,"no_pong":0,"queue_budget":0},
 //	                "ws_queued_bytes":16384,"ws_queue_budget_bytes":8388608,"rejected":0},
 //	     "refused":{"rate_limited":{"poll":0,…},"connections_per_client":0,"forbidden":0,…},
-//	     "ring":{"size":5760,"resume_window_s":60},"writes":false}
+//	     "ring":{"size":5760,"resume_window_s":60},"writes":false,
+//	     "storage":{"data_dir":"/var/lib/edgegw","state":"ok","free_bytes":1048576,"writers":{…}}}
 //	    refused: every request turned away since start, by cause (ratelimit.go, refusedJSON).
 //	    upstream.path: off | websocket | mqtt | buffering | unauthorized ("off" when none configured).
 //	    queue (with an upstream): {"mode":"disk","corrupt":0}; mode "memory" without data_dir, and
@@ -46,14 +47,26 @@ import (
 //	    clients.ws_dropped: WebSocket clients dropped as too slow, by reason in ws_dropped_by;
 //	    ws_queued_bytes: bytes in messages encoded for one client alone (snapshots, resume
 //	    chunks) not yet written, all clients; beyond ws_queue_budget_bytes a client is closed (1013).
+//	    storage (left out without Storage): data_dir, its state (ok | memory | failing | full | why
+//	    it is not usable), free_bytes (statfs, -1 unknown) and each writer's state, error and last
+//	    error with its time (storage.go).
 //
 //	GET /healthz
-//	200 {"status":"ok","seq":1042,"uptime_s":3600,"gateway":"gw-01","version":"1.2.0"}
+//	200 {"status":"ok","seq":1042,"uptime_s":3600,"gateway":"gw-01","version":"1.2.0","hold_s":10}
 //	200 {"status":"ok",…,"down":["rtu-9"]}                      some devices down, others polled well
+//	200 {"status":"ok",…,"pending":["storage: history cannot write to /var/lib/edgegw: …"]}   failing, not held yet
 //	503 {"status":"unhealthy","reasons":["no device had a good poll in 3 intervals (48 devices)"],…}
-//	    reasons: the storage (Storage.QueueHealth) is not storing; no device had a good poll
-//	    within 3 of its intervals (none polled yet counts as starting); no upstream path for
-//	    longer than HealthzUpstreamMaxDown. "down" lists the devices in state down or demoted.
+//	503 {"status":"unhealthy","reasons":[…],"recovering":true,…} the checks pass, not for hold_s yet
+//	    reasons (checks): a writer of data_dir cannot write (its last write failed: the queue,
+//	    the sequence mark, the history, the Sparkplug queue or state), upstream or not; no
+//	    device had a good poll within 3 of its intervals (none polled yet counts as starting);
+//	    no upstream path for longer than HealthzUpstreamMaxDown. "down" lists the devices in
+//	    state down or demoted (at once, whatever the hold).
+//	    hold_s (HealthzHold, default 10 s): the status changes only after its checks held that
+//	    long. It turns 503 at a failing check once the fault has lasted hold_s, passes shorter
+//	    than hold_s not ending it (a disk failing every few seconds is unhealthy), and back to
+//	    200 once every check has passed for hold_s. Checks are made at each request; reasons
+//	    are those of the last failing check.
 
 type quantilesJSON struct {
 	P50 float64 `json:"p50"`
@@ -229,6 +242,10 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Mode    string `json:"mode"`
 		Corrupt uint64 `json:"corrupt"`
 	}
+	var storage *storageJSON
+	if s.cfg.Storage != nil {
+		storage = storageOf(s.cfg.Storage.StorageState())
+	}
 	var qj *queue
 	if s.cfg.Upstream != nil {
 		u := s.cfg.Upstream.Snapshot()
@@ -246,7 +263,9 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Refused  refusedJSON  `json:"refused"` // ratelimit.go
 		Ring     ringJSON     `json:"ring"`
 		Writes   bool         `json:"writes"` // POST /api/write is on (a write token is set)
+		Storage  *storageJSON `json:"storage,omitempty"`
 	}{
+		Storage: storage,
 		Queue:   qj,
 		Gateway: s.cfg.GatewayID, Version: s.cfg.Version, Seq: snap.Seq, Epoch: ringstore.FormatEpoch(snap.Epoch),
 		UptimeS: int64(now.Sub(s.started).Seconds()), Upstream: s.upstream(now),
@@ -264,9 +283,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 // (none: healthy) and the devices that are down.
 func (s *Server) health(now time.Time) (reasons, down []string) {
 	if s.cfg.Storage != nil {
-		if ok, why := s.cfg.Storage.QueueHealth(); !ok {
-			reasons = append(reasons, "not storing samples: "+why)
-		}
+		reasons = append(reasons, storageReasons(s.cfg.Storage.StorageState())...)
 	}
 	devs := s.devices()
 	good := 0
@@ -294,18 +311,23 @@ func (s *Server) health(now time.Time) (reasons, down []string) {
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	reasons, down := s.health(now)
+	raw, down := s.health(now)
+	unhealthy, reasons, pending, recovering := s.healthz.check(now, raw)
 	body := struct {
-		Status  string   `json:"status"`
-		Reasons []string `json:"reasons,omitempty"`
-		Down    []string `json:"down,omitempty"`
-		Seq     uint64   `json:"seq"`
-		UptimeS int64    `json:"uptime_s"`
-		Gateway string   `json:"gateway,omitempty"`
-		Version string   `json:"version,omitempty"`
-	}{"ok", reasons, down, s.cfg.Ring.Snapshot().Seq, int64(now.Sub(s.started).Seconds()), s.cfg.GatewayID, s.cfg.Version}
+		Status     string   `json:"status"`
+		Reasons    []string `json:"reasons,omitempty"`
+		Recovering bool     `json:"recovering,omitempty"`
+		Pending    []string `json:"pending,omitempty"`
+		Down       []string `json:"down,omitempty"`
+		Seq        uint64   `json:"seq"`
+		UptimeS    int64    `json:"uptime_s"`
+		Gateway    string   `json:"gateway,omitempty"`
+		Version    string   `json:"version,omitempty"`
+		HoldS      float64  `json:"hold_s"`
+	}{"ok", reasons, recovering, pending, down, s.cfg.Ring.Snapshot().Seq, int64(now.Sub(s.started).Seconds()),
+		s.cfg.GatewayID, s.cfg.Version, s.healthz.hold.Seconds()}
 	code := http.StatusOK
-	if len(reasons) > 0 {
+	if unhealthy {
 		body.Status, code = "unhealthy", http.StatusServiceUnavailable
 	}
 	b, err := json.Marshal(body)

@@ -24,6 +24,8 @@
 // once, and per WebSocket connection one writer and one reader) and returns
 // after all of them exited. Only a connection's writer writes data frames;
 // close frames go through WriteControl, which gorilla allows concurrently.
+// /healthz's hold (the state it answers with, storage.go) is one
+// mutex-guarded record updated at each request.
 // The rate limiter, the per-client connection slots and the basic-auth
 // verdict cache are mutex-guarded maps; password hashing runs in the request's goroutine, at most
 // RateLimits.HashConcurrency at once (a semaphore).

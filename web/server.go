@@ -39,12 +39,6 @@ type Devices interface {
 	Devices() []stats.Entry
 }
 
-// Storage says whether samples are being stored (the durable queue: disk
-// full, degraded to memory, …). /healthz is 503 with the reason while not.
-type Storage interface {
-	QueueHealth() (ok bool, reason string)
-}
-
 // Defaults for the zero values of Config.
 const (
 	DefaultListen          = "127.0.0.1:8080"
@@ -124,10 +118,13 @@ type Config struct {
 	Upstream *stats.Upstream // nil: no upstream configured
 	History  History         // nil: /api/history answers 404 (history.go)
 	RingInfo RingInfo        // shown in /api/status
-	Storage  Storage         // nil: storage not checked by /healthz
+	Storage  Storage         // nil: no storage in /api/status, not checked by /healthz (storage.go)
 	// HealthzUpstreamMaxDown: /healthz is 503 once no upstream path has
 	// carried batches (buffering, unauthorized) for longer; 0 = not checked.
 	HealthzUpstreamMaxDown time.Duration
+	// HealthzHold: /healthz changes state only after its checks held for
+	// this long (storage.go, healthHold); 0 = DefaultHealthzHold, < 0 = none.
+	HealthzHold time.Duration
 
 	Acquisition *stats.Acquisition // gateway-wide acquisition counters; nil: not shown
 
@@ -249,6 +246,7 @@ type Server struct {
 	handler http.Handler
 	up      websocket.Upgrader
 	started time.Time
+	healthz *healthHold // /healthz's state
 	origins map[string]bool
 	anyOrig bool
 
@@ -309,6 +307,7 @@ func New(cfg Config) *Server {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		started:  time.Now(),
+		healthz:  &healthHold{hold: holdOf(cfg.HealthzHold)},
 		origins:  make(map[string]bool),
 		shutdown: make(chan struct{}),
 		lim:      newLimiter(cfg.RateLimit),
@@ -370,19 +369,8 @@ func (s *Server) Listen() (net.Addr, error) {
 	if s.ln != nil {
 		return s.ln.Addr(), nil
 	}
-	if s.basicErr != nil {
-		return nil, s.basicErr
-	}
-	if (s.cfg.TLSCertFile == "") != (s.cfg.TLSKeyFile == "") {
-		return nil, errors.New("web: tls needs both a certificate file and a key file")
-	}
-	if s.cfg.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("web: tls: %w", err)
-		}
-		// HTTP/1.1 only: WebSocket upgrades and long polls are HTTP/1.1 here.
-		s.tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	if err := s.checkLocked(); err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
@@ -390,6 +378,33 @@ func (s *Server) Listen() (net.Addr, error) {
 	}
 	s.ln = ln
 	return ln.Addr(), nil
+}
+
+// Check reports what Listen refuses before it binds the address (the
+// basic auth hash, the TLS pair), without binding it: `edgegw check`
+// refuses what run would.
+func (s *Server) Check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.checkLocked()
+}
+
+func (s *Server) checkLocked() error {
+	if s.basicErr != nil {
+		return s.basicErr
+	}
+	if (s.cfg.TLSCertFile == "") != (s.cfg.TLSKeyFile == "") {
+		return errors.New("web: tls needs both a certificate file and a key file")
+	}
+	if s.cfg.TLSCertFile != "" && s.tlsConf == nil {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("web: tls: %w", err)
+		}
+		// HTTP/1.1 only: WebSocket upgrades and long polls are HTTP/1.1 here.
+		s.tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	}
+	return nil
 }
 
 // Serve serves HTTP and runs the WebSocket hub until ctx is done, then shuts
