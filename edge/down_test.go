@@ -76,7 +76,7 @@ func TestDownTransportRecoversWithoutRestart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- bus.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); testenv.Closed(t, done, stopLimit, "the rtu simulator to stop") })
 	if err := os.Symlink(a, missing); err != nil {
 		t.Fatal(err)
 	}

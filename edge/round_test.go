@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/ringstore"
 	"edgegw/sim"
 )
@@ -229,7 +230,7 @@ func fastUDPLogger(t *testing.T, ip string) string {
 			}
 		}
 	}()
-	t.Cleanup(func() { conn.Close(); wg.Wait() })
+	t.Cleanup(func() { conn.Close(); testenv.Wait(t, stopLimit, "the fast udp logger to stop", wg.Wait) })
 	return conn.LocalAddr().String()
 }
 
@@ -275,7 +276,7 @@ func fastTCPLogger(t *testing.T) string {
 			c.Close()
 		}
 		mu.Unlock()
-		wg.Wait()
+		testenv.Wait(t, stopLimit, "the fast tcp logger to stop", wg.Wait)
 	})
 	return ln.Addr().String()
 }
@@ -300,7 +301,7 @@ func TestZeroAllocsPerPoll(t *testing.T) {
 		clock: newClock(), udpB: map[*bus]bool{}}
 	defer func() {
 		cancel()
-		rs.wg.Wait()
+		testenv.Wait(t, stopLimit, "the run's goroutines to exit", rs.wg.Wait)
 		for _, d := range s.devices {
 			rs.detach(d)
 		}

@@ -26,7 +26,7 @@ func TestRTUBusDeadUnitDoesNotStopOthers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- bus.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); testenv.Closed(t, done, stopLimit, "the rtu simulator to stop") })
 	bus.Logger(3).Stop() // unit 3 is dead
 
 	var devs []DeviceConfig

@@ -221,7 +221,7 @@ func TestWriteStoppedBusyCancelled(t *testing.T) {
 	wantKind(t, err, WriteBusy)
 	cancel()
 	for range WriteQueue {
-		if err := <-errs; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not started") {
+		if err := testenv.Recv(t, errs, 10*time.Second, "a cancelled write to return"); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not started") {
 			t.Errorf("cancelled write: %v", err)
 		}
 	}
@@ -239,7 +239,7 @@ func TestWriteStoppedBusyCancelled(t *testing.T) {
 	go func() { _, err := s.Write(tctx(t), req); done <- err }()
 	waitFor(t, 5*time.Second, "a queued write", func() bool { return len(s.buses[0].wr.queue) == 1 })
 	s.stopWrites()
-	wantKind(t, <-done, WriteStopped)
+	wantKind(t, testenv.Recv(t, done, 10*time.Second, "the write queued when writes stopped to return"), WriteStopped)
 
 	stop := runWritable(t, s)
 	if _, err := s.Write(tctx(t), req); err != nil {
@@ -263,7 +263,7 @@ func udpAndTCPAt(t *testing.T) (udp, tcp *sim.Logger, addr string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ft.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); testenv.Closed(t, done, stopLimit, "the tcp simulator to stop") })
 	if ft.Addr(0) != fu.Addr(0) {
 		t.Fatalf("tcp %s, udp %s", ft.Addr(0), fu.Addr(0))
 	}
@@ -377,7 +377,7 @@ func TestWriteSerializedWithPollingOnRTU(t *testing.T) {
 	go func() { bdone <- bus.Run(bctx) }()
 	t.Cleanup(func() {
 		bcancel()
-		if err := <-bdone; err != nil {
+		if err := testenv.Recv(t, bdone, stopLimit, "the rtu simulator to stop"); err != nil {
 			t.Errorf("rtu bus: %v", err)
 		}
 	})
@@ -428,7 +428,7 @@ func TestWriteSerializedWithPollingOnRTU(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.Wait(t, 2*time.Minute, "the writers to finish", wg.Wait)
 	close(errs)
 	for err := range errs {
 		t.Error(err)
