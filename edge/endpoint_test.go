@@ -202,15 +202,15 @@ func endpointDevices(addr string, maxConns int, pause time.Duration) []DeviceCon
 	return devs
 }
 
-// sharedBusLoss fails the test when the units of one shared bus lost
-// more than a third of their windows between two snapshots to the
-// scheduler (overruns, skips: a cycle of the bus longer than the
-// interval), and logs the windows lost by each unit itself (timeouts, late
-// replies). A loaded machine costs windows at random, a few in a row at
-// worst; a bus whose cycle does not fit the interval by design (units
-// stacked behind a dead unit's timeouts, pauses longer than the cycle)
+// schedulerLoss fails the test when one of devs lost more than a third of
+// its windows between two snapshots to the scheduler (overruns, skips: a
+// cycle of its bus or round longer than the interval), and logs the
+// windows lost by each device itself (timeouts, late replies). A loaded
+// machine costs windows at random, a few in a row at worst; a bus whose
+// cycle does not fit the interval by design (units stacked behind a dead
+// unit's timeouts, pauses longer than the cycle, a reopen done inline)
 // loses one in every cycle or more.
-func sharedBusLoss(t *testing.T, when string, devs []*device, before []lostSnap) {
+func schedulerLoss(t *testing.T, when string, devs []*device, before []lostSnap) {
 	t.Helper()
 	for i, d := range devs {
 		now := takeLost(d)
@@ -261,7 +261,7 @@ func TestEndpointSharesOneConnection(t *testing.T) {
 	waitFor(t, 20*time.Second, "30 polls of each unit", func() bool {
 		return s.devices[0].stats.Polls.Load() >= 30 && s.devices[1].stats.Polls.Load() >= 30 && s.devices[2].stats.Polls.Load() >= 30
 	})
-	sharedBusLoss(t, "on the shared connection", s.devices, start)
+	schedulerLoss(t, "on the shared connection", s.devices, start)
 	for _, d := range s.devices {
 		if v := latest(ring, d.cfg.Name)["v"]; v.Value != float64(100*int(d.cfg.Unit)) {
 			t.Errorf("%s read %v, want %d (another unit's reply?)", d.cfg.Name, v.Value, 100*d.cfg.Unit)
@@ -280,7 +280,7 @@ func TestEndpointSharesOneConnection(t *testing.T) {
 	})
 	to := time.Now()
 	stop()
-	sharedBusLoss(t, "while unit 3 was dead", s.devices[:2], before)
+	schedulerLoss(t, "while unit 3 was dead", s.devices[:2], before)
 	for _, d := range s.devices[:2] {
 		checkSchedule(t, ring, d, "v", from, to)
 	}
@@ -326,7 +326,7 @@ func TestEndpointPauseOnTheWire(t *testing.T) {
 	to := time.Now()
 	stop()
 	ev := p.events()
-	var gaps int
+	var gaps, short int
 	minGap := time.Hour
 	for i := 1; i < len(ev); i++ {
 		if ev[i].kind != "REQ" || ev[i-1].kind != "RESP" || ev[i].conn != ev[i-1].conn {
@@ -335,22 +335,34 @@ func TestEndpointPauseOnTheWire(t *testing.T) {
 		gap := time.Duration((ev[i].at - ev[i-1].at) * float64(time.Second))
 		minGap = min(minGap, gap)
 		gaps++
+		if gap < pause {
+			short++
+		}
 	}
 	if gaps < 50 {
 		t.Fatalf("only %d request-after-reply pairs seen", gaps)
 	}
+	var timeouts uint64
+	for _, d := range s.devices {
+		timeouts += d.stats.Timeouts.Load()
+	}
 	// The proxy stamps the reply before writing it, hence before the gateway
 	// has read it and started its pause, and stamps the next request after
 	// reading it: the gap it sees can only be longer than the gateway's
-	// pause, never shorter, however late either process is scheduled.
-	if minGap < pause {
-		t.Errorf("shortest gap between a reply and the next request %v < pause %v", minGap, pause)
+	// pause, never shorter, however late either process is scheduled. But
+	// for a reply that came after its request timed out (a loaded machine):
+	// the shared stream stays, the pause runs from the timeout, and the
+	// next request may already wait when the late reply is written. So at
+	// most one short gap per timeout, and never most of them (a gateway
+	// without the pause: nearly every gap well under 1 ms).
+	if short > int(timeouts) || 2*short >= gaps {
+		t.Errorf("%d of %d gaps between a reply and the next request < pause %v (shortest %v), %d timeouts", short, gaps, pause, minGap, timeouts)
 	}
-	t.Logf("pause %v: shortest gap on the wire %v over %d requests", pause, minGap, gaps)
+	t.Logf("pause %v: shortest gap on the wire %v over %d requests; %d shorter after %d timeouts", pause, minGap, gaps, short, timeouts)
 	// The pause takes 3 × 10 ms of each 100 ms cycle: the cycle fits; a
 	// reply slowed by the shared machine may cost its window and the next
 	// (an overrun), a pause that stacked up would cost every cycle.
-	sharedBusLoss(t, "with the pause", s.devices, start)
+	schedulerLoss(t, "with the pause", s.devices, start)
 	for _, d := range s.devices {
 		checkSchedule(t, ring, d, "v", from, to)
 	}
