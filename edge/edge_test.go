@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -81,6 +82,27 @@ var waitFor = testenv.WaitFor
 // loaded machine under -race, and a failure naming what hung, not the
 // package's 15-minute timeout.
 const stopLimit = time.Minute
+
+// closedAddrs returns n distinct loopback addresses of the test's own that
+// nothing listens on (listeners on 127.0.0.1:0, closed again): for devices
+// that are configured and never polled, instead of a fixed address.
+func closedAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	var open []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, ln) // held until all are taken: n distinct ports
+		addrs = append(addrs, ln.Addr().String())
+	}
+	for _, ln := range open {
+		ln.Close()
+	}
+	return addrs
+}
 
 // lostWindows splits the windows d has lost so far by whom they were lost
 // to: the device (polls that ended without a good sample in their window: a
@@ -443,10 +465,10 @@ func TestDeviceRestarted200Times(t *testing.T) {
 	if refused > 100 {
 		t.Errorf("%d of 200 restarts measured nothing (a redial refused)", refused)
 	}
+	stop() // the count is published after the poll's samples: read it once Run has returned
 	if st.Reconnects.Load() < 200 {
 		t.Errorf("reconnects %d < 200", st.Reconnects.Load())
 	}
-	stop()
 	waitFor(t, 5*time.Second, "descriptors and goroutines back to baseline", func() bool {
 		return openFDs(t) <= baseFD && runtime.NumGoroutine() <= baseG+1 // +1: the fleet's own goroutines started before baseline are counted; sim restarts add none
 	})
@@ -501,15 +523,19 @@ func TestDemoteAndPromote(t *testing.T) {
 	runSched(t, s)
 	st := &s.devices[0].stats
 	waitFor(t, 5*time.Second, "good poll", func() bool { return st.GoodPolls.Load() > 0 })
+	// A loaded machine may have demoted it already (three 10 ms timeouts in
+	// a row): the outage counts from here, one demotion at most.
+	d0, already := st.Demotions.Load(), st.Demoted.Load()
 	f.Logger(0).Stop()
 	waitFor(t, 5*time.Second, "demotion", func() bool { return st.Demoted.Load() })
 	waitFor(t, 5*time.Second, "skipped windows", func() bool { return st.Skipped.Load() > 3 })
+	d1 := st.Demotions.Load()
 	if err := f.Logger(0).Start(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "promotion", func() bool { return !st.Demoted.Load() })
-	if st.Demotions.Load() != 1 {
-		t.Errorf("demotions = %d", st.Demotions.Load())
+	if n := d1 - d0; n > 1 || (n == 0 && !already) {
+		t.Errorf("%d demotions during one outage (demoted before it: %v)", n, already)
 	}
 }
 
@@ -546,9 +572,9 @@ func TestStaggeredStart(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		devs = append(devs, devCfg(fmt.Sprint("rtu", i), TransportRTU, "/dev/ttyNOPE", time.Second, 100*time.Millisecond, thTags()))
 	}
-	for i := 0; i < 4; i++ {
-		devs = append(devs, devCfg(fmt.Sprint("tcp", i), TransportTCP, fmt.Sprintf("127.0.0.%d:502", i+1), time.Second, 100*time.Millisecond, thTags()))
-		devs = append(devs, devCfg(fmt.Sprint("udp", i), TransportUDP, fmt.Sprintf("127.0.0.%d:502", i+1), time.Second, 100*time.Millisecond, thTags()))
+	for i, addr := range closedAddrs(t, 4) {
+		devs = append(devs, devCfg(fmt.Sprint("tcp", i), TransportTCP, addr, time.Second, 100*time.Millisecond, thTags()))
+		devs = append(devs, devCfg(fmt.Sprint("udp", i), TransportUDP, addr, time.Second, 100*time.Millisecond, thTags()))
 	}
 	s, err := New(Config{Devices: devs})
 	if err != nil {
@@ -591,7 +617,7 @@ func TestAligned(t *testing.T) {
 }
 
 func TestHealthyReportsAStuckBus(t *testing.T) {
-	s, err := New(Config{Devices: []DeviceConfig{devCfg("d", TransportTCP, "127.0.0.1:1", time.Second, 100*time.Millisecond, thTags())}})
+	s, err := New(Config{Devices: []DeviceConfig{devCfg("d", TransportTCP, closedAddrs(t, 1)[0], time.Second, 100*time.Millisecond, thTags())}})
 	if err != nil {
 		t.Fatal(err)
 	}

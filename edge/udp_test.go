@@ -87,10 +87,11 @@ func TestUDPLossWithOneRetry(t *testing.T) {
 	f := startFleet(t, sim.Config{Devices: 48, Transport: "udp", Seed: 3, Faults: sim.Faults{DropRequest: 0.01, DropResponse: 0.01}})
 	ring := newRing(t, 1000)
 	// 200 polls × 48 devices: about 190 polls (0.02 × 9600) lose a request
-	// or its reply, about 4 of them both (0.02² × 9600): with the retry,
-	// about 2% of the polls that saw a timeout go unanswered on the wire
-	// (15 of 206 timeouts measured beside other builds, the rest a retry
-	// left no time), without it every one. A quarter is allowed.
+	// or its reply, about 4 of them both (0.02² × 9600), 20 allowed
+	// (Poisson(4) above 20: below 1e-7); without the retry all 190 go
+	// unanswered. On a loaded machine a timeout the machine caused (its
+	// reply came late) may cost its poll, and so may a window the poll
+	// started late in or ran over (an overrun: no time left for the retry).
 	s, err := New(Config{Sink: ring, Devices: udpFleetDevices(f, 100*time.Millisecond, 30*time.Millisecond, thTags()), UDPListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -139,9 +140,9 @@ func TestUDPLossWithOneRetry(t *testing.T) {
 	if answered > polls || requests != answered+timeouts {
 		t.Errorf("counts do not add up: requests %d = answered %d + timeouts %d? (polls %d)", requests, answered, timeouts, polls)
 	}
-	if unanswered := polls - answered; 4*unanswered > timeouts {
-		t.Errorf("%d polls unanswered (%.4f%% answered) after %d timeouts: more than a quarter of the timeouts not retried",
-			unanswered, 100*rate, timeouts)
+	if unanswered := polls - answered; unanswered > 20+byMachine+overruns {
+		t.Errorf("%d polls unanswered (%.4f%% answered): more than 20 double losses + %d timeouts of this machine + %d overruns: no retry?",
+			unanswered, 100*rate, byMachine, overruns)
 	}
 	if overruns > polls {
 		t.Errorf("%d overruns in %d polls: losses piled up", overruns, polls)
