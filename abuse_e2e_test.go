@@ -242,17 +242,12 @@ func getJSONWith(c *http.Client, url, user, pass string, v any) error {
 func TestHealthzE2E(t *testing.T) {
 	fleet := runFleet(t, sim.Config{Devices: 1, Transport: "udp"})
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadUp := ln.Addr().String()
-	ln.Close()
+	deadUp := refusedAddr(t)
 	var b strings.Builder
 	fmt.Fprintf(&b, "[gateway]\ndata_dir = %q\n[http]\nlisten = \"127.0.0.1:0\"\nhealthz_upstream_max_down = \"2s\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", filepath.Join(dir, "data"))
 	fmt.Fprintf(&b, "[upstream.websocket]\nurl = \"ws://%s/ingest\"\n[upstream.mqtt]\nmode = \"off\"\n", deadUp)
 	fmt.Fprintf(&b, "[[device]]\nname = \"good\"\ntransport = \"udp\"\naddress = %q\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n", fleet.Addr(0))
-	b.WriteString("[[device]]\nname = \"dead\"\ntransport = \"udp\"\naddress = \"127.0.0.1:9\"\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n")
+	fmt.Fprintf(&b, "[[device]]\nname = \"dead\"\ntransport = \"udp\"\naddress = %q\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n", silentUDPAddr(t))
 	cfg := filepath.Join(dir, "edgegw.toml")
 	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
