@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
+
 	"github.com/gorilla/websocket"
 )
 
@@ -112,7 +114,7 @@ func TestThousandLongPollers(t *testing.T) {
 	})
 	t0 := time.Now()
 	stream(t, ts, batches)
-	wg.Wait()
+	testenv.Wait(t, 3*time.Minute, "the long-pollers to receive the stream", wg.Wait)
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -180,10 +182,10 @@ func TestThousandWebSockets(t *testing.T) {
 			}
 		}()
 	}
-	ready.Wait()
+	testenv.Wait(t, time.Minute, "the websocket readers to start", ready.Wait)
 	t0 := time.Now()
 	stream(t, ts, batches)
-	wg.Wait()
+	testenv.Wait(t, 3*time.Minute, "the websocket clients to receive the stream", wg.Wait)
 	close(errs)
 	for err := range errs {
 		t.Error(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/ringstore"
 
 	"github.com/gorilla/websocket"
@@ -51,7 +52,11 @@ func TestWebSocketSnapshotThenLive(t *testing.T) {
 			}
 		}
 	}()
-	defer func() { close(done); c.Close(); <-readErr }()
+	defer func() {
+		close(done)
+		c.Close()
+		testenv.Recv(t, readErr, 10*time.Second, "the reading goroutine to end")
+	}()
 	chk := seqChecker{next: snapSeq + 1}
 	for i := range 10 {
 		appendBatch(t, ts.ring, "logger-01", 3, float64(i))
@@ -268,6 +273,7 @@ func TestSlowWebSocketClientDropped(t *testing.T) {
 	raw := rawConn(t, strings.TrimPrefix(ts.base, "http://"), 4096)
 	fmt.Fprintf(raw, "GET /api/ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", strings.TrimPrefix(ts.base, "http://"))
+	_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second))
 	line, err := bufio.NewReader(raw).ReadString('\n') // the status line only; then never read again
 	if err != nil || !strings.Contains(line, "101") {
 		t.Fatalf("hand upgrade: %q %v", line, err)
@@ -286,7 +292,9 @@ func TestSlowWebSocketClientDropped(t *testing.T) {
 		checkers[i].next = start + 1
 	}
 	long := strings.Repeat("x", 200)
-	deadline := time.Now().Add(20 * time.Second)
+	// The bound is the batches (the socket and the queue fill); the time
+	// limit only ends a test that hangs: a loaded machine paces slowly.
+	deadline := time.Now().Add(2 * time.Minute)
 	steps := 0
 	for ts.Stats().WSDropped == 0 {
 		if steps >= 3000 || time.Now().After(deadline) {
@@ -393,6 +401,7 @@ func TestWebSocketPingDeadline(t *testing.T) {
 	raw := rawConn(t, host, 1<<16)
 	fmt.Fprintf(raw, "GET /api/ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", host)
+	_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if line, err := bufio.NewReader(raw).ReadString('\n'); err != nil || !strings.Contains(line, "101") {
 		t.Fatalf("hand upgrade: %q %v", line, err)
 	}
@@ -463,7 +472,7 @@ func TestSilentWebSocketClientDropped(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 10*time.Second, "the silent client dropped", func() bool { return ts.Stats().WSDropped == 1 })
+	waitFor(t, 30*time.Second, "the silent client dropped", func() bool { return ts.Stats().WSDropped == 1 })
 	waitFor(t, 5*time.Second, "one log line", func() bool { return strings.Contains(logs.String(), "dropped a slow websocket client") })
 	line := logs.String()
 	if n := strings.Count(line, "dropped a slow websocket client"); n != 1 || !strings.Contains(line, "remote="+raw.LocalAddr().String()) ||
@@ -475,7 +484,7 @@ func TestSilentWebSocketClientDropped(t *testing.T) {
 		t.Error("drop not in /metrics")
 	}
 	good.Close()
-	<-readerDone
+	testenv.Closed(t, readerDone, 10*time.Second, "the good client's reader to end")
 	waitFor(t, 5*time.Second, "the good client gone", func() bool { return ts.Stats().WebSocket.Active == 0 })
 	if d := ts.Stats().WSDropped; d != 1 {
 		t.Fatalf("a client that closed by itself counted as dropped: %d", d)
