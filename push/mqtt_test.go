@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/lab/mqttbroker"
 	"edgegw/receiver"
 	"edgegw/stats"
@@ -68,7 +69,7 @@ func startBlackHole(t *testing.T) *blackHole {
 			c.Close()
 		}
 		b.mu.Unlock()
-		b.wg.Wait()
+		testenv.Wait(t, 10*time.Second, "the black-hole broker's connections to end", b.wg.Wait)
 	})
 	return b
 }
@@ -253,7 +254,7 @@ func TestModeAlwaysMirrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the broker's Run to return after cancel") }()
 
 	var wsOut, mqttOut syncBuffer
 	r := receiver.New(receiver.Config{Out: &wsOut})
@@ -288,7 +289,7 @@ func TestModeAlwaysMirrors(t *testing.T) {
 	}
 	first := g.ring.Seq() + 1
 	prod := startProducer(g, 50)
-	<-prod.done
+	prod.finished(30 * time.Second)
 	waitFor(t, 5*time.Second, "both paths got everything", func() bool {
 		return r.Stats().Samples == 100 && viaMQTT.Stats().Samples == 100
 	})
