@@ -126,7 +126,7 @@ func TestFaultReloadAddsUnopenableDevices(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- bus.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the RTU bus's Run to return after cancel") })
 	if err := os.Symlink(a, port); err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func (p *proc) kill() {
 	case <-p.done:
 	default:
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		testenv.Closed(p.t, p.done, 20*time.Second, fmt.Sprintf("%s to exit after SIGKILL", p.cmd.Args))
 	}
 }
 
