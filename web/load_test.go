@@ -58,7 +58,10 @@ func TestThousandLongPollers(t *testing.T) {
 	}
 	needFiles(t, 3*loadClients)
 	ring := newRing(t, 1000) // 90 samples: no client may fall out of the ring
-	ts := startServer(t, Config{Ring: ring, LongPollTimeout: 10 * time.Second})
+	// The write timeout is the server's bound on a slow response (it closes
+	// the connection): far above what a loaded machine may take here, so
+	// that this test is about delivery.
+	ts := startServer(t, Config{Ring: ring, LongPollTimeout: 10 * time.Second, WriteTimeout: 3 * time.Minute})
 	const batches = 30
 	start := ring.Seq()
 	final := start + 3*batches
@@ -75,7 +78,7 @@ func TestThousandLongPollers(t *testing.T) {
 			defer wg.Done()
 			chk := seqChecker{next: start + 1}
 			last := start
-			deadline := time.Now().Add(60 * time.Second)
+			deadline := time.Now().Add(3 * time.Minute)
 			for last < final && time.Now().Before(deadline) && failed.Load() == 0 {
 				resp, err := ts.client.Get(ts.base + "/api/longPolling?lastSequence=" + itoa(last))
 				if err != nil {
@@ -114,13 +117,13 @@ func TestThousandLongPollers(t *testing.T) {
 	})
 	t0 := time.Now()
 	stream(t, ts, batches)
-	testenv.Wait(t, 3*time.Minute, "the long-pollers to receive the stream", wg.Wait)
+	testenv.Wait(t, 4*time.Minute, "the long-pollers to receive the stream", wg.Wait)
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
-	t.Logf("%d long-pollers × %d samples: %d polls, all delivered %v after the stream started",
-		loadClients, 3*batches, polls.Load(), time.Since(t0).Round(time.Millisecond))
+	t.Logf("%d long-pollers × %d samples: %d polls, all delivered %v after the stream started; server %+v",
+		loadClients, 3*batches, polls.Load(), time.Since(t0).Round(time.Millisecond), ts.Stats())
 }
 
 func TestThousandWebSockets(t *testing.T) {
@@ -129,7 +132,11 @@ func TestThousandWebSockets(t *testing.T) {
 	}
 	needFiles(t, 3*loadClients)
 	ring := newRing(t, 1000)
-	ts := startServer(t, Config{Ring: ring})
+	// The queue (64 frames) holds the whole stream (30 batches); a write
+	// timeout and a ping deadline far above what a loaded machine may take:
+	// the drops of slow clients (TestSlowWebSocketClientDropped) cannot
+	// happen by design here, so any drop, gap or closure is a fault.
+	ts := startServer(t, Config{Ring: ring, WSWriteTimeout: time.Minute, WSPingInterval: time.Minute})
 	const batches = 30
 	var (
 		ready, wg sync.WaitGroup
@@ -194,6 +201,6 @@ func TestThousandWebSockets(t *testing.T) {
 	if st.WSDropped != 0 {
 		t.Errorf("%d clients dropped", st.WSDropped)
 	}
-	t.Logf("%d websocket clients × %d samples: %d frames sent, delivered %v after the stream started",
-		loadClients, 3*batches, st.WSFramesSent, time.Since(t0).Round(time.Millisecond))
+	t.Logf("%d websocket clients × %d samples: %d frames sent, delivered %v after the stream started; server %+v",
+		loadClients, 3*batches, st.WSFramesSent, time.Since(t0).Round(time.Millisecond), st)
 }
