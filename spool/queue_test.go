@@ -94,7 +94,7 @@ func runQ(t testing.TB, q *Queue) (stop func()) {
 	stop = func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
+			if err := testenv.Recv(t, done, 10*time.Second, "the queue's Run to return after cancel"); err != nil {
 				t.Error(err)
 			}
 		})
@@ -508,7 +508,7 @@ func TestQueueRingConsumer(t *testing.T) {
 					t.Fatalf("stuck after %d of %d samples", len(got), total)
 				}
 			}
-			wg.Wait()
+			testenv.Wait(t, 20*time.Second, "the producers' appends", wg.Wait)
 			checkSeqs(t, got, first, first+uint64(total)-1)
 			q.Ack(after)
 			if st := q.Stats(); st.Samples != 0 || st.Dropped != 0 {

@@ -134,7 +134,7 @@ func TestPageInChromium(t *testing.T) {
 		}()
 		out := run()
 		close(stop)
-		<-done
+		testenv.Closed(t, done, 10*time.Second, "the feeding goroutine to stop")
 		return out
 	}
 	dom := string(feed(func() []byte { return chromium(t, "--dump-dom", ts.base+"/") }))
