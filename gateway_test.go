@@ -33,17 +33,18 @@ listen = "127.0.0.1:0"
 [poll]
 udp_listen = "127.0.0.1:0"
 [upstream.websocket]
-url = "ws://127.0.0.1:9/ingest"
+url = "ws://REFUSED/ingest"
 [upstream.mqtt]
-broker = "tcp://127.0.0.1:9"
+broker = "tcp://REFUSED"
 [upstream.sparkplug]
 group_id = "plant"
 [[device]]
 name = "d1"
 transport = "udp"
-address = "127.0.0.1:9"
+address = "SILENT"
 tags = [ { name = "t", address = 0 } ]
 `
+	body = strings.NewReplacer("REFUSED", refusedAddr(t), "SILENT", silentUDPAddr(t)).Replace(body)
 	c, err := conf.Parse("base.toml", []byte(strings.Replace(body, "%q", `"`+filepath.Join(t.TempDir(), "data")+`"`, 1)))
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +246,7 @@ func TestCheckRunSameVerdict(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo -print-config: %v", err)
 	}
-	const dev = "[[device]]\nname = \"d1\"\ntransport = \"udp\"\naddress = \"127.0.0.1:9\"\n"
+	dev := fmt.Sprintf("[[device]]\nname = \"d1\"\ntransport = \"udp\"\naddress = %q\n", silentUDPAddr(t))
 	const spb = "[upstream.mqtt]\nbroker = \"x\"\n[upstream.sparkplug]\ngroup_id = \"plant\"\n"
 	hash := filepath.Join(t.TempDir(), "hash")
 	if err := os.WriteFile(hash, []byte("not a hash\n"), 0o600); err != nil {

@@ -37,9 +37,12 @@ var fixedAddrAllowed = []addrUse{
 	{"web/api_test.go", "127.0.0.1:1503", "the address /api/devices reports for helpers_test.go's logger-01"},
 	{"web/page_write_test.go", "127.0.0.1:1502", "a stats.Info address the page shows; web never dials a device"},
 	{"web/metrics_tags_test.go", "127.0.0.1:502", "a stats.Info address in /metrics' labels; web never dials a device"},
+	{"web/limits_test.go", "192.0.2.7:4711", "an X-Forwarded-For value parsed by the client-address table; nothing dials it"},
+	{"web/limits_test.go", "[2001:db8::5]:80", "an X-Forwarded-For value parsed by the client-address table; nothing dials it"},
+	{"web/page_test.go", "127.0.1.27:502", "a reason string the page shows; web never dials a device"},
+	{"web/state_test.go", "127.0.0.1:502", "a stats.Info address /api/devices shows; web never dials a device"},
 	{"edge/modbus/fuzz_test.go", "127.0.1.7:502", "a reply's source address given to the UDP matcher; no socket sends to it"},
 	{"edge/modbus/fuzz_test.go", "127.0.1.8:502", "a reply's source address given to the UDP matcher; no socket sends to it"},
-	{"edge/edge_test.go", "127.0.0.1:1", "TestHealthyReportsAStuckBus never runs the scheduler, so nothing dials the device"},
 }
 
 // addrFinding is one fixed address found in a test file.
