@@ -15,10 +15,10 @@ BUILD_GW  := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false $(GWFLAGS) -ldf
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
 # -p 1: one test binary at a time in each of make test's two lanes
 # (build/testlanes.sh): lane A runs the packages whose tests check
-# scheduling on real sockets (SCHED_PKGS), one at a time, then the fuzz
-# targets; lane B every other package, then the qemu tests.
+# scheduling on real sockets (SCHED_PKGS), one at a time; lane B every
+# other package, then the fuzz targets and the qemu tests.
 TESTFLAGS ?= -race -p 1 -timeout 15m
-SCHED_PKGS ?= edgegw edgegw/edge/... edgegw/web/... edgegw/bench/...
+SCHED_PKGS ?= edgegw edgegw/edge/... edgegw/web/...
 TESTLOG   ?= dist/testlog
 
 .PHONY: help build test test-loaded test-full gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 bench soak bench-go benchcmp fuzz fuzz-brief npm-deps clean

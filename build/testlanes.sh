@@ -5,10 +5,10 @@
 #   build/testlanes.sh LOGDIR
 #
 # Lane A runs the packages whose tests measure scheduling on real sockets
-# (SCHED_PKGS: the root's end-to-end tests, edge, web, bench), one package
-# at a time, so that two of them never share the machine; then every fuzz
-# target for FUZZTIME inputs. Lane B runs every other package, one at a
-# time, then the pure tests under qemu. So each scheduling test runs beside
+# (SCHED_PKGS: the root's end-to-end tests, edge, web), one package at a
+# time, so that two of them never share the machine. Lane B runs every
+# other package (bench's soak and smokes among them), one at a time, then
+# every fuzz target for FUZZTIME inputs and the pure tests under qemu. So each scheduling test runs beside
 # at most one other test binary or build: the tests must pass under that
 # load (and do under make test-loaded, which adds a CPU-bound process).
 #
@@ -20,7 +20,7 @@ logdir=${1:?usage: testlanes.sh LOGDIR}
 GO=${GO:-go}
 MAKE=${MAKE:-make}
 TESTFLAGS=${TESTFLAGS:--race -p 1 -timeout 15m}
-SCHED_PKGS=${SCHED_PKGS:-edgegw edgegw/edge/... edgegw/web/... edgegw/bench/...}
+SCHED_PKGS=${SCHED_PKGS:-edgegw edgegw/edge/... edgegw/web/...}
 rm -rf "$logdir" && mkdir -p "$logdir"
 
 sched=$($GO list $SCHED_PKGS) || exit 1
@@ -42,13 +42,13 @@ laneA() {
 	local rc=0
 	# shellcheck disable=SC2086
 	step gotest-sched A $GO test $TESTFLAGS $sched || rc=1
-	step fuzz-brief A $MAKE --no-print-directory fuzz-brief || rc=1
 	return $rc
 }
 laneB() {
 	local rc=0
 	# shellcheck disable=SC2086
 	step gotest-rest B $GO test $TESTFLAGS $rest || rc=1
+	step fuzz-brief B $MAKE --no-print-directory fuzz-brief || rc=1
 	step test-qemu B $MAKE --no-print-directory test-qemu || rc=1
 	return $rc
 }
