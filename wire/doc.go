@@ -74,11 +74,8 @@
 //   - loss (only when there is one; at most MaxLoss; AppendBatchLoss):
 //     ranges of seqs, below last, that WERE given to samples the gateway
 //     then lost, counted and with the reason, so that a receiver reports
-//     them as a gap, with the reason, instead of a silent hole:
-//
-//	"loss":[{"epoch":"9f3c04e1a2b3c4d5","first":1048617,"last":1048640,"reason":"crash"}]
-//
-//     epoch is the lost samples' epoch (it may be an older one than the
+//     them as a gap, with the reason, instead of a silent hole (layout
+//     below). epoch is the lost samples' epoch (it may be an older one than the
 //     batch's: seqs increase across epochs); reason is LossCrash ("crash":
 //     a power cut or SIGKILL took them — a torn or corrupt tail cut, or
 //     samples only in memory while the disk failed), LossFull ("full":
@@ -93,7 +90,11 @@
 //     epoch): every ts of the batch is in milliseconds. ParseBatch turns
 //     them back into microseconds.
 //
-// Version 1 frames (no v, no epoch, no skip) are the epoch "".
+// A batch's loss field:
+//
+//	"loss":[{"epoch":"9f3c04e1a2b3c4d5","first":1048617,"last":1048640,"reason":"crash"}]
+//
+// Version 1 frames (no v, no epoch, no skip, no loss) are the epoch "".
 //
 // Receiver → gateway, the ack (AppendAck), cumulative: everything up to
 // last is stored. Only acknowledged samples leave the gateway's queue; it
