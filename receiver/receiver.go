@@ -444,15 +444,21 @@ func (r *Receiver) ingestBatch(f *wire.Batch) (last uint64, err error) {
 	si, li := 0, 0
 	for i := range f.Samples {
 		s := &f.Samples[i]
-		for si < len(f.Skip) && f.Skip[si].Last < s.Seq { // a skip is applied where it lies
-			k := f.Skip[si]
-			gapped(d.skip(k.First, k.Last))
-			r.log.Info("receiver: restart skip (numbers never given to a sample)", "gateway", f.Gateway, "epoch", f.Epoch, "first", k.First, "last", k.Last)
-			si++
-		}
-		for ; li < len(f.Loss) && f.Loss[li].Last < s.Seq; li++ { // so is a loss
-			if f.Loss[li].Epoch == f.Epoch {
-				lose(d, f.Epoch, f.Loss[li])
+		for { // skips and losses are applied where they lie, in seq order
+			skipDue := si < len(f.Skip) && f.Skip[si].Last < s.Seq
+			lossDue := li < len(f.Loss) && f.Loss[li].Last < s.Seq
+			if skipDue && (!lossDue || f.Skip[si].First <= f.Loss[li].First) {
+				k := f.Skip[si]
+				gapped(d.skip(k.First, k.Last))
+				r.log.Info("receiver: restart skip (numbers never given to a sample)", "gateway", f.Gateway, "epoch", f.Epoch, "first", k.First, "last", k.Last)
+				si++
+			} else if lossDue {
+				if f.Loss[li].Epoch == f.Epoch {
+					lose(d, f.Epoch, f.Loss[li])
+				}
+				li++
+			} else {
+				break
 			}
 		}
 		isNew, gap := d.add(s.Seq)
