@@ -103,7 +103,18 @@ type Stats struct {
 // FsyncInterval (each flush with FsyncAlways) and at Close, so after a
 // crash a few already-acknowledged samples may be sent again — receivers
 // dedup by (gateway, epoch, seq) — but an unacknowledged sample is never
-// skipped.
+// skipped. Loss is never silent: the handed mark (file queue.handed, the
+// highest seq handed off, written by one pwrite before each write and
+// synced with the segment) is kept apart from the last durable seq, so at
+// Open every seq up to it that no segment holds (a torn or corrupt tail
+// cut, a record skipped, samples that were only in memory) becomes a Loss
+// (LossCrash) of its epoch, logged with the samples a cut removed; drops
+// at the bound and at shutdown are losses too (LossFull, LossUnwritten).
+// Losses (file queue.loss) are sent with the batch that crosses them
+// (Losses) until it is acknowledged. With FsyncBatched a power cut (not a
+// SIGKILL: the page cache survives that) can also take the handed mark's
+// last write; the samples handed out after its last sync are then taken
+// for never used (a skip), which FsyncAlways excludes.
 //
 // When fsync happens (never without Dir):
 //   - FsyncBatched: Run's goroutine syncs the active segment at most every
