@@ -7,23 +7,21 @@ COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 DATE      ?= $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 BUILD     := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)"
-# The gateway binary that ships (dist/edgegw-ARCH): without the lab (demo,
-# sim, receive, bench: -tags nolab) and without inlining outside the hot paths
-# (-gcflags=all=-l, then inlining back for the runtime, the standard packages
-# every poll and frame goes through, edge, ringstore, spool, web, push, wire, stats,
-# gorilla and goburrow): TLS, X.509, JSON config, TOML, MQTT session and
-# Sparkplug code run a few times a day or a few times a second, and armv7
-# flash counts more than their nanoseconds (-0.9 MB). internal/buildtest
-# mirrors this line.
-GWFLAGS   := -tags nolab -gcflags=all=-l -gcflags=runtime/...= -gcflags=internal/...= -gcflags=sync/...= -gcflags=time= -gcflags=net= -gcflags=syscall= -gcflags=os= -gcflags=io= -gcflags=bufio= -gcflags=bytes= -gcflags=strings= -gcflags=strconv= -gcflags=errors= -gcflags=context= -gcflags=math/bits= -gcflags=unicode/utf8= -gcflags=slices= -gcflags=sort= -gcflags=edgegw/edge/...= -gcflags=edgegw/ringstore= -gcflags=edgegw/spool= -gcflags=edgegw/web= -gcflags=edgegw/push= -gcflags=edgegw/wire= -gcflags=edgegw/stats= -gcflags=github.com/gorilla/websocket= -gcflags=github.com/goburrow/...=
+# The gateway binary that ships (dist/edgegw-ARCH): its flags are in
+# build/gateway.flags (read by internal/buildtest too): without the lab and
+# HTTP/2, inlining off only in named cold packages.
+GWFLAGS   := $(shell grep -v '^\#' build/gateway.flags)
 BUILD_GW  := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false $(GWFLAGS) -ldflags "$(LDFLAGS)"
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
-# -p 1: one test binary at a time. Several tests check scheduling on real
-# sockets (no missed window, 100% valid polls); two packages' tests sharing
-# the 2 cores made them depend on each other's load. Costs ~80 s.
+# -p 1: one test binary at a time in each of make test's two lanes
+# (build/testlanes.sh): lane A runs the packages whose tests check
+# scheduling on real sockets (SCHED_PKGS), one at a time, then the fuzz
+# targets; lane B every other package, then the qemu tests.
 TESTFLAGS ?= -race -p 1 -timeout 15m
+SCHED_PKGS ?= edgegw edgegw/edge/... edgegw/web/... edgegw/bench/...
+TESTLOG   ?= dist/testlog
 
-.PHONY: help build test gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 bench soak bench-go benchcmp fuzz fuzz-brief npm-deps clean
+.PHONY: help build test test-loaded test-full gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 bench soak bench-go benchcmp fuzz fuzz-brief npm-deps clean
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -59,10 +57,16 @@ vet:
 lint: fmtcheck vet ## gofmt check, go vet, staticcheck
 	$(STATICCHECK) ./...
 
-test: lint gotest fuzz-brief test-qemu ## the whole suite: lint, go test -race on every package, 2000 inputs of each fuzz target, pure tests under qemu (arm64, armv7)
+test: lint gotest ## the whole suite: lint, go test -race on every package, 2000 inputs of each fuzz target, pure tests under qemu (arm64, armv7); ends with each package's time
 
-gotest:
-	$(GO) test $(TESTFLAGS) ./...
+gotest: ## go test -race ./..., fuzz-brief and test-qemu in two lanes side by side (build/testlanes.sh), then each package's time
+	GO=$(GO) MAKE=$(MAKE) TESTFLAGS="$(TESTFLAGS)" SCHED_PKGS="$(SCHED_PKGS)" build/testlanes.sh $(TESTLOG)
+
+test-loaded: ## make test with one CPU-bound process beside it for the whole run (started and stopped here)
+	build/loaded.sh $(MAKE) --no-print-directory test
+
+test-full: ## the long versions make test shortens: the 2-minute soak (EDGEGW_FULL=1)
+	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestSoak$$' ./bench/
 
 bench: ## regenerate docs/BENCHMARKS.md: edgegw bench acquire + deliver (~15 min; QUICK=1 ~2 min)
 	bench/regen.sh

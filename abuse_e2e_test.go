@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -15,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/sim"
+	"edgegw/web"
 )
 
 // floodSpec is the wrong-password flood: concurrent clients, how long, and
@@ -63,12 +66,18 @@ type devCounts struct {
 	Polls     uint64 `json:"polls"`
 	GoodPolls uint64 `json:"good_polls"`
 	Overruns  uint64 `json:"overruns"`
+	Late      uint64 `json:"late"`
 }
 
 // A wrong-password flood from loopback (the real binary, basic auth on,
-// 48 UDP loggers): 429s come within the first second, and no logger
-// misses more than one poll window while it lasts. The gateway's CPU time
-// and the valid sample rate are logged (the figures of the issue).
+// 48 UDP loggers): 429s come at once (no more wrong-password answers
+// before the first than the auth bucket holds), the gateway runs no more
+// PBKDF2 verifications than the bucket allows, and no logger misses more
+// than one poll window while it lasts, besides the windows its own
+// counters put down to load: overruns (the gateway's scheduler was late)
+// and late replies (the device, or the reading of its reply, was late).
+// The gateway's CPU time and the valid sample rate are logged (the
+// figures of the issue).
 func TestWrongPasswordFloodE2E(t *testing.T) {
 	spec := floodFromEnv(t)
 	gwBin := bin
@@ -89,39 +98,17 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 	if err := os.WriteFile(hashFile, hash, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "[http]\nlisten = \"127.0.0.1:0\"\nbasic_auth_user = \"operator\"\nbasic_auth_hash_file = %q\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", hashFile)
-	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
-	timeout := min(200*time.Millisecond, spec.interval/2)
-	for i, addr := range addrs {
-		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = %q\ntimeout = %q\n",
-			i+1, addr, spec.interval, timeout)
-	}
-	cfg := filepath.Join(dir, "edgegw.toml")
-	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	gw := startProcBin(t, gwBin, "run", "-config", cfg)
-	line := gw.waitLine("edgegw running", 20*time.Second)
-	page := line[strings.Index(line, "page=")+len("page="):]
+	head := fmt.Sprintf("[http]\nlisten = \"127.0.0.1:0\"\nbasic_auth_user = \"operator\"\nbasic_auth_hash_file = %q\n", hashFile)
+	gw, page := runFleetGateway(t, gwBin, head, addrs, spec.interval, min(200*time.Millisecond, spec.interval/2))
 
 	// The operator reads from another address (127.0.0.2: loopback too).
 	operator := httpFrom("127.0.0.2")
 	// Its requests are rate-limited too (a 429 is held 500 ms): a wait
 	// loop on them paces itself.
-	devices := func() (m map[string]devCounts) {
-		waitFor(t, 20*time.Second, "the operator's /api/devices", func() bool {
-			var d struct{ Devices []devCounts }
-			if err := getJSONWith(operator, page+"api/devices", "operator", "right", &d); err != nil {
-				return false
-			}
-			m = map[string]devCounts{}
-			for _, x := range d.Devices {
-				m[x.Name] = x
-			}
-			return true
+	devices := func() map[string]devCounts {
+		return deviceCounts(t, "the operator's /api/devices", func(v any) error {
+			return getJSONWith(operator, page+"api/devices", "operator", "right", v)
 		})
-		return m
 	}
 	waitFor(t, 20*time.Second, "every logger polled well", func() bool {
 		for _, d := range devices() {
@@ -131,13 +118,36 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 		}
 		return true
 	})
+	// PBKDF2 verifications so far, from /metrics.
+	hashes := func() (n float64) {
+		const name = "edgegw_web_password_hashes_total "
+		waitFor(t, 20*time.Second, "the operator's /metrics", func() bool {
+			req, _ := http.NewRequest("GET", page+"metrics", nil)
+			req.SetBasicAuth("operator", "right")
+			resp, err := operator.Do(req)
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			i := strings.Index(string(body), "\n"+name)
+			if resp.StatusCode != 200 || i < 0 {
+				return false
+			}
+			_, err = fmt.Sscan(string(body[i+1+len(name):]), &n)
+			return err == nil
+		})
+		return n
+	}
 	// Warm-up past: one window of tolerance starts here.
-	before, cpu0, t0 := devices(), cpuTicks(t, gw.cmd.Process.Pid), time.Now()
+	before, hash0 := devices(), hashes()
+	cpu0, t0 := cpuTicks(t, gw.cmd.Process.Pid), time.Now()
 
 	flood := httpFrom("127.0.0.1")
 	var mu sync.Mutex
 	codes := map[int]int{}
 	var first429 time.Duration
+	before429 := 0 // answers other than 429 (wrong password: 401) before the first 429
 	var wg sync.WaitGroup
 	for w := range spec.workers {
 		wg.Add(1)
@@ -154,6 +164,9 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 				}
 				mu.Lock()
 				codes[code]++
+				if code != 429 && code != 0 && first429 == 0 {
+					before429++
+				}
 				if code == 429 && first429 == 0 {
 					first429 = time.Since(t0)
 				}
@@ -161,13 +174,87 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.Wait(t, spec.dur+time.Minute, "the flood's clients (10 s client timeout)", wg.Wait)
 	elapsed := time.Since(t0)
-	after, cpu1 := devices(), cpuTicks(t, gw.cmd.Process.Pid)
+	cpu1 := cpuTicks(t, gw.cmd.Process.Pid)
+	after, hash1 := devices(), hashes()
 
 	cpu := float64(cpu1-cpu0) / 100 / elapsed.Seconds()
-	var polls, good uint64
+	var polls, good, load uint64
 	worst, worstDev := uint64(0), ""
+	for name, a := range after {
+		p := before[name]
+		n := (a.Polls - p.Polls) + (a.Overruns - p.Overruns)
+		g := a.GoodPolls - p.GoodPolls
+		// Windows the gateway's counters put down to load: skipped
+		// because its scheduler was late, or failed with the reply late.
+		l := min(n-g, (a.Overruns-p.Overruns)+(a.Late-p.Late))
+		polls, good, load = polls+n, good+g, load+l
+		if n-g-l > worst {
+			worst, worstDev = n-g-l, name
+		}
+	}
+	auth := web.DefaultAuthRate
+	// The flood's hashes: the bucket's burst, its refill over the flood,
+	// one for rounding, one for the operator's cache.
+	maxHashes := float64(auth.Burst) + math.Ceil(auth.PerSec*elapsed.Seconds()) + 2
+	// Before the first 429: the burst and the refill until then, one for
+	// rounding (first429 is stamped when the client reads the 429, after
+	// the gateway decided: a slow machine only widens the bound).
+	max401 := auth.Burst + int(math.Ceil(auth.PerSec*first429.Seconds())) + 1
+	t.Logf("flood %d clients × %v (binary %s): replies %v, first 429 after %v (%d answers before it); %.0f PBKDF2 runs; gateway CPU %.1f%% of one core; "+
+		"valid sample rate %.2f%% (%d of %d polls), %d windows lost to load (overruns, late replies); worst device %s missed %d windows besides",
+		spec.workers, spec.dur, gwBin, codes, first429, before429, hash1-hash0, 100*cpu, 100*float64(good)/float64(max(polls, 1)), good, polls, load, worstDev, worst)
+	if gwBin != bin {
+		return // a measurement of another build: figures only
+	}
+	if codes[429] == 0 || before429 > max401 {
+		t.Errorf("429s: %d, the first after %v and %d other answers (want at most %d)", codes[429], first429, before429, max401)
+	}
+	if h := hash1 - hash0; h > maxHashes {
+		t.Errorf("%.0f PBKDF2 runs during the %v flood, want at most %.0f", h, elapsed, maxHashes)
+	}
+	if worst > 1 {
+		t.Errorf("device %s missed %d windows during the flood besides those lost to load (at most 1 allowed)", worstDev, worst)
+	}
+	gw.stop(10 * time.Second)
+}
+
+// runFleetGateway runs binary on a config of head (its [http] section and
+// any other but [poll]) and the UDP loggers at addrs, each a "th" logger
+// (temperature, humidity) polled every interval (timeout 0: the default),
+// until its page is up.
+func runFleetGateway(t *testing.T, binary, head string, addrs []string, interval, timeout time.Duration) (*proc, string) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(head)
+	b.WriteString("[poll]\nudp_listen = \"127.0.0.1:0\"\n")
+	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
+	for i, addr := range addrs {
+		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = %q\n", i+1, addr, interval)
+		if timeout > 0 {
+			fmt.Fprintf(&b, "timeout = %q\n", timeout)
+		}
+	}
+	return runConfig(t, binary, filepath.Join(t.TempDir(), "edgegw.toml"), b.String())
+}
+
+// runConfig writes text to cfg and runs `binary run -config cfg`,
+// returning it with its page URL.
+func runConfig(t *testing.T, binary, cfg, text string) (*proc, string) {
+	t.Helper()
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := startProcBin(t, binary, "run", "-config", cfg)
+	line := gw.waitLine("edgegw running", 20*time.Second)
+	return gw, line[strings.Index(line, "page=")+len("page="):]
+}
+
+// windows counts the poll windows of every device between two readings of
+// /api/devices: polls (overruns included), good ones, and the device that
+// missed most.
+func windows(before, after map[string]devCounts) (polls, good, worst uint64, worstDev string) {
 	for name, a := range after {
 		p := before[name]
 		n := (a.Polls - p.Polls) + (a.Overruns - p.Overruns)
@@ -177,19 +264,7 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 			worst, worstDev = n-g, name
 		}
 	}
-	t.Logf("flood %d clients × %v (binary %s): replies %v, first 429 after %v; gateway CPU %.1f%% of one core; "+
-		"valid sample rate %.2f%% (%d of %d polls); worst device %s missed %d windows",
-		spec.workers, spec.dur, gwBin, codes, first429, 100*cpu, 100*float64(good)/float64(max(polls, 1)), good, polls, worstDev, worst)
-	if gwBin != bin {
-		return // a measurement of another build: figures only
-	}
-	if codes[429] == 0 || first429 > time.Second {
-		t.Errorf("429s: %d, the first after %v (want within 1s)", codes[429], first429)
-	}
-	if worst > 1 {
-		t.Errorf("device %s missed %d windows during the flood (at most 1 allowed)", worstDev, worst)
-	}
-	gw.stop(10 * time.Second)
+	return polls, good, worst, worstDev
 }
 
 // simFleet runs `edgegw sim` with n UDP loggers on random ports and
@@ -242,17 +317,12 @@ func getJSONWith(c *http.Client, url, user, pass string, v any) error {
 func TestHealthzE2E(t *testing.T) {
 	fleet := runFleet(t, sim.Config{Devices: 1, Transport: "udp"})
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadUp := ln.Addr().String()
-	ln.Close()
+	deadUp := refusedAddr(t)
 	var b strings.Builder
 	fmt.Fprintf(&b, "[gateway]\ndata_dir = %q\n[http]\nlisten = \"127.0.0.1:0\"\nhealthz_upstream_max_down = \"2s\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", filepath.Join(dir, "data"))
 	fmt.Fprintf(&b, "[upstream.websocket]\nurl = \"ws://%s/ingest\"\n[upstream.mqtt]\nmode = \"off\"\n", deadUp)
 	fmt.Fprintf(&b, "[[device]]\nname = \"good\"\ntransport = \"udp\"\naddress = %q\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n", fleet.Addr(0))
-	b.WriteString("[[device]]\nname = \"dead\"\ntransport = \"udp\"\naddress = \"127.0.0.1:9\"\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n")
+	fmt.Fprintf(&b, "[[device]]\nname = \"dead\"\ntransport = \"udp\"\naddress = %q\ninterval = \"100ms\"\ntimeout = \"50ms\"\ntags = [ { name = \"t\", address = 0 } ]\n", silentUDPAddr(t))
 	cfg := filepath.Join(dir, "edgegw.toml")
 	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
@@ -288,8 +358,13 @@ func TestHealthzE2E(t *testing.T) {
 			t.Fatalf("unhealthy for the devices while one polls well: %+v", h)
 		}
 	}
-	waitFor(t, 20*time.Second, "503 for the upstream", func() bool { h = get(); return h.code == 503 })
-	if h.Status != "unhealthy" || len(h.Reasons) != 1 || !strings.Contains(h.Reasons[0], "upstream down for") || strings.Join(h.Down, ",") != "dead" {
+	// 503 for the upstream alone: a loaded machine may delay the good
+	// device past 3 intervals for a moment (healthz then says so, too).
+	waitFor(t, 40*time.Second, "503 for the upstream alone (2 s down, then the 10 s hold)", func() bool {
+		h = get()
+		return h.code == 503 && len(h.Reasons) == 1 && strings.Join(h.Down, ",") == "dead"
+	})
+	if h.Status != "unhealthy" || !strings.Contains(h.Reasons[0], "upstream down for") {
 		t.Fatalf("healthz: %+v", h)
 	}
 	gw.stop(10 * time.Second)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -13,9 +14,15 @@ import (
 
 // cmdCheck validates a config file and prints what the gateway would do
 // with it: the device/tag table and the read requests of every poll. It
-// also checks what run needs (preflight): it fails exactly when run would
-// refuse to start, and warns about what run starts without (a missing
-// serial port).
+// takes run's steps up to the listeners: the file (conf), what run needs
+// beyond it (preflight: the files it names), then every piece run builds
+// (newGateway: the queue, the sequence, the history, the scheduler, the
+// pusher, the Sparkplug node, the web server, each from the Config mapped
+// from the file), without opening a listener, a device or anything under
+// data_dir. So it fails when run would refuse to start, with run's
+// message, and warns about what run starts without (a data_dir it cannot
+// write, a missing serial port). What only the running machine can refuse
+// is not seen: the listen address taken or not allowed.
 func cmdCheck(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	path := fs.String("config", "", "config file to validate (required)")
@@ -31,14 +38,17 @@ func cmdCheck(args []string, out io.Writer) error {
 		printConfErrors(os.Stderr, err)
 		return errInvalidConfig
 	}
-	sched, err := newScheduler(c, nil, nil, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return errInvalidConfig
-	}
 	if errs, warns := preflight(c); !printPreflight(os.Stderr, errs, warns) {
 		return errInvalidConfig
 	}
+	// Warnings the pieces log as they are built (run logs them too).
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	g, err := newGateway(c, log, true)
+	if err != nil {
+		return err
+	}
+	defer g.release()
+	sched := g.sched
 	c.WriteTable(out)
 	fmt.Fprintln(out, "\nread plan (one poll of each device):")
 	plan := sched.Plan()

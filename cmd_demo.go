@@ -75,13 +75,14 @@ func cmdDemo(args []string) error {
 		fleet.Close()
 		return errInvalidConfig
 	}
-	g, err := newGateway(c, log)
+	g, err := newGateway(c, log, false)
 	if err != nil {
 		fleet.Close()
 		return err
 	}
 	page, err := g.listen()
 	if err != nil {
+		g.release()
 		fleet.Close()
 		return err
 	}

@@ -42,12 +42,13 @@ func cmdRun(args []string) error {
 	for _, w := range warns {
 		log.Warn(w)
 	}
-	g, err := newGateway(c, log)
+	g, err := newGateway(c, log, false)
 	if err != nil {
 		return err
 	}
 	page, err := g.listen()
 	if err != nil {
+		g.release()
 		return err
 	}
 	ctx, stop := signalContext()

@@ -100,10 +100,11 @@ type localFollowers struct {
 	from     uint64 // the first seq both must get
 	stop     chan struct{}
 	done     sync.WaitGroup
+	t        *testing.T
 }
 
 func followLocal(t *testing.T, page string) *localFollowers {
-	f := &localFollowers{stop: make(chan struct{})}
+	f := &localFollowers{stop: make(chan struct{}), t: t}
 	base := strings.TrimSuffix(page, "/")
 	c, _, err := (&websocket.Dialer{HandshakeTimeout: 5 * time.Second}).Dial("ws"+strings.TrimPrefix(base, "http")+"/api/ws", nil)
 	if err != nil {
@@ -186,7 +187,7 @@ func (f *localFollowers) end() {
 	default:
 		close(f.stop)
 	}
-	f.done.Wait()
+	testenv.Wait(f.t, time.Minute, "the local followers (long poll, websocket) to end", f.done.Wait)
 }
 
 // contiguous fails unless seqs are consecutive and cover [from, to].

@@ -85,7 +85,7 @@ func (p *logged) kill() {
 	case <-p.done:
 	default:
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		testenv.Closed(p.t, p.done, 20*time.Second, fmt.Sprintf("%s to exit after SIGKILL", p.cmd.Args))
 	}
 }
 

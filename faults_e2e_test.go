@@ -17,13 +17,17 @@ import (
 
 // deviceState is the part of /api/devices the fault tests look at.
 type deviceState struct {
-	Name      string `json:"name"`
-	State     string `json:"state"`
-	Reason    string `json:"reason"`
-	Polls     uint64 `json:"polls"`
-	GoodPolls uint64 `json:"good_polls"`
-	Overruns  uint64 `json:"overruns"`
-	Demotions uint64 `json:"demotions"`
+	Name       string `json:"name"`
+	State      string `json:"state"`
+	Reason     string `json:"reason"`
+	Polls      uint64 `json:"polls"`
+	GoodPolls  uint64 `json:"good_polls"`
+	Overruns   uint64 `json:"overruns"`
+	Demotions  uint64 `json:"demotions"`
+	Timeouts   uint64 `json:"timeouts"`
+	Late       uint64 `json:"late"`
+	Errors     uint64 `json:"errors"`
+	Exceptions uint64 `json:"exceptions"`
 }
 
 // apiDevices reads /api/devices of gw by name; it fails the test at once
@@ -63,7 +67,12 @@ func rtuDevice(name, path string) string {
 	return fmt.Sprintf("[[device]]\nname = %q\ntransport = \"rtu\"\naddress = %q\nprofile = \"th\"\ninterval = \"200ms\"\ntimeout = \"100ms\"\nserial = { baud = 19200 }\n", name, path)
 }
 
-// checkGoodKeptSchedule: every good device polled and missed at most one window.
+// checkGoodKeptSchedule: every good device polled, never demoted, and
+// lost at most one window to a failure of its own (a timeout with no late
+// reply, an error, an exception). The windows a loaded machine costs are
+// counted by the gateway apart and only logged: overruns (its scheduler
+// was late), timeouts whose reply came late, polls answered after their
+// window ended.
 func checkGoodKeptSchedule(t *testing.T, devs map[string]deviceState, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
@@ -72,8 +81,12 @@ func checkGoodKeptSchedule(t *testing.T, devs map[string]deviceState, n int) {
 			t.Errorf("good-%d missing from /api/devices", i)
 			continue
 		}
-		if missed := d.Polls - d.GoodPolls + d.Overruns; d.Polls < 20 || missed > 1 || d.Demotions != 0 {
-			t.Errorf("%s: polls %d good %d overruns %d demotions %d: missed %d windows", d.Name, d.Polls, d.GoodPolls, d.Overruns, d.Demotions, missed)
+		own := d.Errors + d.Exceptions + d.Timeouts - min(d.Timeouts, d.Late)
+		if d.Polls < 20 || own > 1 || d.Demotions != 0 {
+			t.Errorf("%s: polls %d good %d timeouts %d (late replies %d) errors %d exceptions %d overruns %d demotions %d: %d windows lost to failures",
+				d.Name, d.Polls, d.GoodPolls, d.Timeouts, d.Late, d.Errors, d.Exceptions, d.Overruns, d.Demotions, own)
+		} else {
+			t.Logf("%s: polls %d good %d timeouts %d (late replies %d) overruns %d", d.Name, d.Polls, d.GoodPolls, d.Timeouts, d.Late, d.Overruns)
 		}
 	}
 }
@@ -126,7 +139,7 @@ func TestFaultReloadAddsUnopenableDevices(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- bus.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the RTU bus's Run to return after cancel") })
 	if err := os.Symlink(a, port); err != nil {
 		t.Fatal(err)
 	}

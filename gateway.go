@@ -33,69 +33,93 @@ type gateway struct {
 	acq   *stats.Acquisition // gateway-wide acquisition counters (UDP datagrams from no device)
 }
 
-func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
+// newGateway builds every piece of the gateway from c, as run runs it and
+// check checks it: the durable queue, the sequence, the ring, the history,
+// the scheduler, the pusher, the Sparkplug node and the web server, each
+// from its own Config mapped from c. It opens no listener and no device
+// (listen and Run do). dry builds the stores of data_dir in memory, so
+// that nothing on disk is read or written (check, beside a running
+// gateway); every refusal a constructor makes is made either way. An error
+// is returned as itself, after what was built before it is released.
+func newGateway(c *conf.Config, log *slog.Logger, dry bool) (*gateway, error) {
+	g := &gateway{cfg: c, log: log}
+	if dry {
+		cc := *c
+		cc.Gateway.DataDir = ""
+		c = &cc
+	}
+	if err := g.build(c, log); err != nil {
+		g.release()
+		return nil, err
+	}
+	return g, nil
+}
+
+// release closes what build opened, for a gateway that never ran.
+func (g *gateway) release() {
+	if g.spb != nil {
+		g.spb.queue.Close()
+	}
+	if g.hist != nil {
+		g.hist.Close()
+	}
+	if g.queue != nil {
+		g.queue.Close()
+	}
+}
+
+// build fills g; on an error release undoes what it did.
+func (g *gateway) build(c *conf.Config, log *slog.Logger) error {
 	// The queue first: the sequence starts above the highest seq it holds,
 	// and the queue keeps the restart's skip for the receiver.
-	var queue *spool.Queue
+	var err error
 	if hasUpstream(c) {
-		if queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
-			return nil, err
+		if g.queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
+			return err
 		}
-		defer func() {
-			if err != nil {
-				queue.Close()
-			}
-		}()
 	}
 	scfg := ringstore.SequenceConfig{Dir: c.Gateway.DataDir, Logger: log.With("pkg", "ringstore")}
-	if queue != nil {
-		scfg.Floor = queue.LastSeq()
+	if g.queue != nil {
+		scfg.Floor = g.queue.LastSeq()
 	}
-	seq, err := ringstore.OpenSequenceConfig(scfg)
-	if err != nil {
-		return nil, err
+	if g.seq, err = ringstore.OpenSequenceConfig(scfg); err != nil {
+		return err
 	}
-	if queue != nil {
-		queue.Resume(seq.First())
+	if g.queue != nil {
+		g.queue.Resume(g.seq.First())
 	}
 	size, window := ringSize(c)
-	ring := ringstore.NewRing(size, seq)
-	acq := new(stats.Acquisition) // gateway-wide: UDP datagrams from no device
-	g = &gateway{cfg: c, log: log, seq: seq, ring: ring, queue: queue, acq: acq}
+	g.ring = ringstore.NewRing(size, g.seq)
+	g.acq = new(stats.Acquisition) // gateway-wide: UDP datagrams from no device
 	if g.hist, err = history.Open(historyConfig(c, func() []stats.Entry { return g.sched.Devices() }, log.With("pkg", "history"))); err != nil {
-		return nil, err
+		return err
 	}
-	defer func() {
-		if err != nil {
-			g.hist.Close()
-		}
-	}()
-	if g.sched, err = newScheduler(c, teeSink{ring, g.hist}, acq, log.With("pkg", "edge")); err != nil {
-		return nil, err
+	if g.sched, err = newScheduler(c, teeSink{g.ring, g.hist}, g.acq, log.With("pkg", "edge")); err != nil {
+		return err
 	}
 	log.Info("ring sized", "samples", size, "resume_window", window.Round(time.Second))
 	writeToken, err := secret("http.write_token_file", c.HTTP.WriteTokenFile)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	readToken, err := secret("http.read_token_file", c.HTTP.ReadTokenFile)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	basicHash, err := secret("http.basic_auth_hash_file", c.HTTP.BasicAuthHashFile)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if queue != nil {
-		ring.OnAppend(g.queue.HandOff)    // under the ring's lock: memory only
-		ring.AfterAppend(g.queue.Persist) // after it: the disk write
+	if g.queue != nil {
+		g.ring.OnAppend(g.queue.HandOff)    // under the ring's lock: memory only
+		g.ring.AfterAppend(g.queue.Persist) // after it: the disk write
 		g.up = new(stats.Upstream)
-		if g.push, err = newPusher(c, g.queue, ring.Snapshot, g.sched.Devices, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
-			return nil, err
+		if g.push, err = newPusher(c, g.queue, g.ring.Snapshot, g.sched.Devices, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
+			return err
 		}
 	}
 	if err = g.addSparkplug(c, edgeWriter{g.sched}, log.With("pkg", "sparkplug")); err != nil {
-		return nil, err
+		return err
 	}
 	g.web = web.New(web.Config{
 		Listen: c.HTTP.Listen, LongPollTimeout: c.HTTP.LongPollTimeout, MaxClients: c.HTTP.MaxClients,
@@ -105,32 +129,13 @@ func newGateway(c *conf.Config, log *slog.Logger) (g *gateway, err error) {
 		WriteToken: writeToken, Writer: edgeWriter{g.sched}, ReadToken: readToken,
 		BasicAuthUser: c.HTTP.BasicAuthUser, BasicAuthHash: basicHash, ProtectMetrics: c.HTTP.ProtectMetrics,
 		TLSCertFile: c.HTTP.TLSCertFile, TLSKeyFile: c.HTTP.TLSKeyFile,
-		RateLimit: web.RateLimits{ExemptLoopback: c.HTTP.ExemptLoopback},
-		Ring:      ring, Devices: g.sched, Upstream: g.up, Acquisition: g.acq, Logger: log.With("pkg", "web"),
+		RateLimit: webLimits(c.HTTP), TrustedProxies: c.HTTP.TrustedProxies, AllowedNetworks: c.HTTP.AllowedNetworks,
+		Ring: g.ring, Devices: g.sched, Upstream: g.up, Acquisition: g.acq, Logger: log.With("pkg", "web"),
 		History: g.hist, RingInfo: web.RingInfo{Size: size, Window: window},
-		Storage: storageOf(g.queue), HealthzUpstreamMaxDown: c.HTTP.HealthzUpstreamMaxDown,
+		Storage: g.storage(c.Gateway.DataDir), HealthzUpstreamMaxDown: c.HTTP.HealthzUpstreamMaxDown,
 	})
-	return g, nil
+	return g.web.Check() // what Listen would refuse before binding
 }
-
-// storageOf is the durable queue as /healthz's web.Storage: its own
-// QueueHealth when it reports one, else always storing. nil without a queue.
-func storageOf(q *spool.Queue) web.Storage {
-	if q == nil {
-		return nil
-	}
-	if s, ok := any(q).(web.Storage); ok {
-		return s
-	}
-	return storing{}
-}
-
-// storing is a queue that does not report its health: ok.
-type storing struct{}
-
-func (storing) QueueHealth() (bool, string) { return true, "" }
-
-var _ web.Storage = storing{}
 
 // edgeWriter lets web and push write through the scheduler without
 // importing edge: both declare the same one-method Writer.

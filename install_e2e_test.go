@@ -51,8 +51,8 @@ func TestFaultFreshInstallStarts(t *testing.T) {
 		{`address = "192.168.1.20"`, fmt.Sprintf("address = %q", plc.Addr(0))},
 		{`data_dir = "/var/lib/edgegw"`, fmt.Sprintf("data_dir = %q", filepath.Join(dest, "var/lib/edgegw"))},
 		{`listen = "0.0.0.0:8080"`, `listen = "127.0.0.1:0"`},
-		{`url = "wss://collector.example/ingest"`, `url = "ws://127.0.0.1:1/ingest"`},
-		{`broker = "tcp://127.0.0.1:1883"`, `broker = "tcp://127.0.0.1:1"`},
+		{`url = "wss://collector.example/ingest"`, fmt.Sprintf(`url = "ws://%s/ingest"`, refusedAddr(t))},
+		{`broker = "tcp://127.0.0.1:1883"`, fmt.Sprintf(`broker = "tcp://%s"`, refusedAddr(t))},
 	} {
 		if !strings.Contains(body, r.old) {
 			t.Fatalf("the example no longer has %s", r.old)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -111,7 +112,7 @@ func (p *proc) kill() {
 	case <-p.done:
 	default:
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		testenv.Closed(p.t, p.done, 20*time.Second, fmt.Sprintf("%s to exit after SIGKILL", p.cmd.Args))
 	}
 }
 
@@ -203,8 +204,33 @@ func runFleet(t *testing.T, cfg sim.Config) *sim.Fleet {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- fleet.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the fleet's Run to return") })
 	return fleet
+}
+
+// refusedAddr is a loopback TCP address that nothing listens on (a
+// listener's, closed): a dial there is refused, where a fixed port might
+// be held by another process.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// silentUDPAddr is a loopback UDP address where a socket is open until
+// the test ends and never answers: a dead device.
+func silentUDPAddr(t *testing.T) string {
+	t.Helper()
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.LocalAddr().String()
 }
 
 // startDemo runs `edgegw demo` and returns its page URL.
@@ -300,7 +326,7 @@ func TestBasicAuthFromConfig(t *testing.T) {
 	}
 	cfg := filepath.Join(dir, "edgegw.toml")
 	body := fmt.Sprintf("[http]\nlisten = \"127.0.0.1:0\"\nbasic_auth_user = \"operator\"\nbasic_auth_hash_file = %q\nprotect_metrics = true\n"+
-		"[[device]]\nname = \"d\"\ntransport = \"tcp\"\naddress = \"127.0.0.1:1\"\ntags = [ { name = \"t\", address = 0 } ]\n", hashFile)
+		"[[device]]\nname = \"d\"\ntransport = \"tcp\"\naddress = %q\ntags = [ { name = \"t\", address = 0 } ]\n", hashFile, refusedAddr(t))
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"edgegw/history"
 	"edgegw/ringstore"
 	"edgegw/stats"
+	"edgegw/web"
 )
 
 // newScheduler maps the config onto edge and builds the scheduler (which
@@ -146,3 +147,15 @@ func (t teeSink) Append(batch []ringstore.Sample) (first, last uint64, err error
 }
 
 var _ edge.Sink = teeSink{}
+
+// webLimits maps [http] exempt_loopback and [http.limits] onto web's
+// RateLimits (zero fields are web's defaults, negative ones "no limit").
+func webLimits(h conf.HTTP) web.RateLimits {
+	l := h.Limits
+	return web.RateLimits{
+		Poll: web.Rate{PerSec: l.PollRate, Burst: l.PollBurst}, Read: web.Rate{PerSec: l.ReadRate, Burst: l.ReadBurst},
+		Connect: web.Rate{PerSec: l.ConnectRate, Burst: l.ConnectBurst}, Monitor: web.Rate{PerSec: l.MonitorRate, Burst: l.MonitorBurst},
+		Write: web.Rate{PerSec: l.WriteRate, Burst: l.WriteBurst}, Auth: web.Rate{PerSec: l.AuthRate, Burst: l.AuthBurst},
+		ConnsPerClient: l.ConnectionsPerClient, ExemptLoopback: h.ExemptLoopback,
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"edgegw/conf"
+	"edgegw/web"
 )
 
 // The ring's default size follows the poll rate: 60 s of samples, at most
@@ -45,5 +46,24 @@ func TestRingSizeByRate(t *testing.T) {
 			t.Errorf("%s: %d samples, %v; want %d, %.2f s", c.name, n, w, c.size, c.windowS)
 		}
 		t.Logf("%s: %d samples (%d bytes), resume window %.1f s", c.name, n, n*ringSampleBytes, w.Seconds())
+	}
+}
+
+// [http.limits] maps onto web's RateLimits key by key: absent keys stay
+// zero (web's defaults), -1 stays negative (no limit).
+func TestWebLimitsMapping(t *testing.T) {
+	c, err := conf.Parse("t.toml", []byte("[http]\nexempt_loopback = true\n[http.limits]\npoll_rate = 2500\npoll_burst = 3000\n"+
+		"read_rate = 7\nconnect_burst = 9\nmonitor_rate = -1\nwrite_rate = 1\nwrite_burst = 2\nauth_rate = 0.25\nconnections_per_client = 10\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := webLimits(c.HTTP)
+	want := web.RateLimits{
+		Poll: web.Rate{PerSec: 2500, Burst: 3000}, Read: web.Rate{PerSec: 7}, Connect: web.Rate{Burst: 9},
+		Monitor: web.Rate{PerSec: -1}, Write: web.Rate{PerSec: 1, Burst: 2}, Auth: web.Rate{PerSec: 0.25},
+		ConnsPerClient: 10, ExemptLoopback: true,
+	}
+	if got != want {
+		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
 }

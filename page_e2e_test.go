@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"edgegw/internal/testenv"
+	"edgegw/sim"
 )
 
 // artifactDir is where page screenshots go: $EDGEGW_ARTIFACTS, else the
@@ -270,4 +271,109 @@ func TestWebSocketResumesAfter30s(t *testing.T) {
 		t.Logf("resumed from %d after 30 s: %d samples in one frame, no reset", last, len(f.Samples))
 		return
 	}
+}
+
+// The page shows trouble first, against the real binary running the demo's
+// gateway config (48 loggers over TCP, 1 s, history in data_dir) with one
+// logger (logger-41, the 14th row of 16 when sorted by name) killed before
+// the page opens. At 1280×900 and at 390×844, without scrolling: the
+// header counts 1 down, and the dead logger's card is in the viewport,
+// below the header, with the dial's error as its reason and its last good
+// values (from /api/history) grey with their age. A click on the count
+// shows that card alone. Screenshots go to $EDGEGW_ARTIFACTS (the ones in
+// docs/screenshots are these).
+func TestDemoPageShowsDownLoggerFirst(t *testing.T) {
+	testenv.Need(t, "chromium")
+	fleet := runFleet(t, sim.Config{Devices: 48, Transport: "tcp", Seed: 1})
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "demo.toml")
+	// The demo's config, but the test's own polling of /api/devices comes
+	// from the page's loopback address: no read limit for loopback, so
+	// what is measured is the page, not the limits.
+	text := strings.Replace(demoConfig(fleet, "tcp", "parallel", "127.0.0.1:0", filepath.Join(dir, "data"), time.Second, demoUpstream{}),
+		"[http]\n", "[http]\nexempt_loopback = true\n", 1)
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, page := runGateway(t, cfg)
+	type dev struct {
+		Name, State, Reason string
+		GoodPolls           int `json:"good_polls"`
+	}
+	devices := func() map[string]dev {
+		var out struct{ Devices []dev }
+		m := map[string]dev{}
+		if err := getJSON(t, page+"api/devices", &out); err != nil {
+			t.Logf("/api/devices: %v", err)
+		}
+		for _, d := range out.Devices {
+			m[d.Name] = d
+		}
+		return m
+	}
+	var notYet []string
+	waitFor(t, 30*time.Second, "48 loggers ok with 5 good polls each", func() bool {
+		m := devices()
+		notYet = notYet[:0]
+		for _, d := range m {
+			if d.State != "ok" || d.GoodPolls < 5 {
+				notYet = append(notYet, fmt.Sprintf("%s %s %d %s", d.Name, d.State, d.GoodPolls, d.Reason))
+			}
+		}
+		return len(m) == 48 && len(notYet) == 0
+	})
+	fleet.Logger(40).Stop() // logger-41 powered off: its listener and connection closed
+	var dead dev
+	waitFor(t, 20*time.Second, "logger-41 down with the dial's error as the reason", func() bool {
+		dead = devices()["logger-41"]
+		return dead.State == "down" && strings.Contains(dead.Reason, "connection refused")
+	})
+	t.Logf("logger-41: %s: %s", dead.State, dead.Reason)
+
+	shots := artifactDir(t)
+	b := testenv.StartBrowser(t, page, 1280, 900)
+	check := func(size, shot string) {
+		t.Helper()
+		b.WaitJS(20*time.Second, "1 down in the header and logger-41's card first, its last good values filled", `document.getElementById('trouble-text').textContent === '1 down'
+			&& document.querySelector('[data-device="logger-41"]').dataset.trouble === 'down'
+			&& [...document.querySelectorAll('[data-device="logger-41"] td.value')].every(v => v.dataset.lastGood !== undefined && /[0-9]/.test(v.textContent))
+			&& document.querySelectorAll('.device').length === 48 && document.body.dataset.live === 'live'`,
+			`[document.getElementById('trouble-text').textContent, document.body.dataset.live, [...document.querySelectorAll('[data-device="logger-41"] td.value')].map(v => v.textContent + (v.dataset.lastGood !== undefined ? ' (last good)' : ''))]`)
+		var v struct {
+			Count, Card, Reason bool
+			CardRect            []float64
+			Values, Ages        []string
+			PageHeight          float64
+		}
+		if err := b.Eval(`(() => { const inView = r => r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight && r.right <= innerWidth;
+			const h = document.querySelector('header').getBoundingClientRect(), c = document.querySelector('[data-device="logger-41"]');
+			const r = c.getBoundingClientRect();
+			return {count: inView(document.getElementById('trouble').getBoundingClientRect()), card: inView(r) && r.top >= h.bottom,
+				reason: inView(c.querySelector('.reason').getBoundingClientRect()), cardRect: [r.left, r.top, r.right, r.bottom],
+				values: [...c.querySelectorAll('td.value')].map(e => e.textContent), ages: [...c.querySelectorAll('td.age')].map(e => e.textContent),
+				pageHeight: document.documentElement.scrollHeight}; })()`, &v); err != nil {
+			t.Fatal(err)
+		}
+		if !v.Count || !v.Card || !v.Reason {
+			t.Errorf("%s: down count visible %v, logger-41's card visible below the header %v (rect %v), its reason visible %v", size, v.Count, v.Card, v.CardRect, v.Reason)
+		}
+		t.Logf("%s: page %.0f px tall; logger-41's card at %v; last good values %q, ages %q", size, v.PageHeight, v.CardRect, v.Values, v.Ages)
+		b.Screenshot(filepath.Join(shots, shot))
+	}
+	b.Viewport(1280, 900, false)
+	check("1280×900", "page-trouble-desktop.png")
+	b.Viewport(390, 844, true)
+	check("390×844", "page-trouble-phone.png")
+
+	// The filter: only the device in trouble, then all again.
+	shown := `[...document.querySelectorAll('.device')].filter(c => c.offsetParent !== null).map(c => c.dataset.device)`
+	if err := b.Eval(`document.getElementById('trouble').click()`, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJS(5*time.Second, "only logger-41 shown", shown+`.join() === 'logger-41'`, shown)
+	b.Screenshot(filepath.Join(shots, "page-trouble-filter-phone.png"))
+	if err := b.Eval(`document.getElementById('trouble').click()`, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJS(5*time.Second, "all 48 shown again", shown+`.length === 48`, shown)
 }

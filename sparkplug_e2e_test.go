@@ -152,7 +152,11 @@ func startTahuHost(t *testing.T, broker, hostID string) *tahuHost {
 		}
 		_ = cmd.Wait()
 	}()
-	t.Cleanup(func() { h.end(); _ = cmd.Process.Kill(); <-h.done })
+	t.Cleanup(func() {
+		h.end()
+		_ = cmd.Process.Kill()
+		testenv.Closed(t, h.done, 20*time.Second, "the Sparkplug host (node) to exit after SIGKILL")
+	})
 	h.wait(20*time.Second, "host.js ready", func(m *spMsg) bool { return m.Ready })
 	return h
 }

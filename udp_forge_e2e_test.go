@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/ringstore"
 	"edgegw/sim"
 )
@@ -126,7 +127,7 @@ func TestForgedUDPRepliesE2E(t *testing.T) {
 		return time.Now().After(deadline) && count("d1", true) >= d1Before+20
 	})
 	forger.Close()
-	wg.Wait()
+	testenv.Wait(t, 10*time.Second, "the forger's reader to end", wg.Wait)
 
 	all, _ := ws.all()
 	var forgedGood, d0Bad int

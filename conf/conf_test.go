@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -173,6 +174,39 @@ tags = [ { name = "c", register = "coil", address = 0 } ]
 	}
 	if cfg.Devices[1].Tags[0].Words() != 0 || cfg.Devices[1].Tags[0].Span() != 1 {
 		t.Errorf("coil words/span")
+	}
+}
+
+// [http] trusted_proxies, allowed_networks and [http.limits]: what the file
+// says, CIDRs masked and unmapped, bare addresses as single hosts, -1 kept
+// (no limit), absent keys 0 (the server's default).
+func TestHTTPLimits(t *testing.T) {
+	cfg, err := Parse("l.toml", []byte(`
+[http]
+trusted_proxies = ["10.1.2.3/8", "192.0.2.7", "::ffff:172.16.0.0/108"]
+allowed_networks = ["2001:db8::/32", "127.0.0.1"]
+[http.limits]
+poll_rate = 2500
+poll_burst = 5000
+read_rate = 0.5
+connect_rate = -1
+auth_burst = 2
+connections_per_client = -1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf := netip.MustParsePrefix
+	h := cfg.HTTP
+	if want := []netip.Prefix{pf("10.0.0.0/8"), pf("192.0.2.7/32"), pf("172.16.0.0/12")}; !reflect.DeepEqual(h.TrustedProxies, want) {
+		t.Errorf("trusted_proxies %v, want %v", h.TrustedProxies, want)
+	}
+	if want := []netip.Prefix{pf("2001:db8::/32"), pf("127.0.0.1/32")}; !reflect.DeepEqual(h.AllowedNetworks, want) {
+		t.Errorf("allowed_networks %v, want %v", h.AllowedNetworks, want)
+	}
+	want := Limits{PollRate: 2500, PollBurst: 5000, ReadRate: 0.5, ConnectRate: -1, AuthBurst: 2, ConnectionsPerClient: -1}
+	if h.Limits != want {
+		t.Errorf("limits %+v, want %+v", h.Limits, want)
 	}
 }
 

@@ -1,6 +1,9 @@
 package conf
 
-import "time"
+import (
+	"net/netip"
+	"time"
+)
 
 // Config is a resolved configuration: defaults applied, profiles merged,
 // validated. Every field is filled; see defaults.go for each default.
@@ -51,6 +54,24 @@ type HTTP struct {
 	// HealthzUpstreamMaxDown: /healthz is 503 once no upstream path has
 	// carried batches for longer than this (10m); 0 = upstream not checked.
 	HealthzUpstreamMaxDown time.Duration
+	// TrustedProxies: peers whose X-Forwarded-For names the real client
+	// (limits and allowed_networks then apply to it). AllowedNetworks:
+	// clients outside these get 403; empty = every client. A bare address
+	// is its /32 or /128.
+	TrustedProxies  []netip.Prefix
+	AllowedNetworks []netip.Prefix
+	Limits          Limits // [http.limits]
+}
+
+// Limits is [http.limits]: the local server's limits per client IP. A rate
+// is per second; 0 (or absent) takes the server's default, -1 turns the
+// limit off. A burst is how many requests may come at once (0: default).
+type Limits struct {
+	PollRate, ReadRate, ConnectRate, MonitorRate, WriteRate, AuthRate       float64
+	PollBurst, ReadBurst, ConnectBurst, MonitorBurst, WriteBurst, AuthBurst int
+	// ConnectionsPerClient: WebSocket connections plus waiting long polls
+	// one client IP may hold (0: default, -1: no limit).
+	ConnectionsPerClient int
 }
 
 // Ring is the in-memory ring of recent samples.

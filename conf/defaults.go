@@ -29,6 +29,17 @@ import "time"
 //	[http] tls_cert_file, tls_key_file  "" (plain HTTP)           both or neither
 //	[http] exempt_loopback           false (loopback limited)     true: no rate limit for 127.0.0.0/8, ::1
 //	[http] healthz_upstream_max_down "10m"                        >= 0 (0: /healthz ignores the upstream)
+//	[http] trusted_proxies           [] (X-Forwarded-For ignored)  CIDRs or addresses: their X-Forwarded-For names the client
+//	[http] allowed_networks          [] (every client)            CIDRs or addresses; other clients get 403
+//	[http.limits] poll_rate, poll_burst        1000/s, 1000       shortPolling, and long polls answered with the snapshot
+//	[http.limits] read_rate, read_burst        100/s, 400         page, assets, devices, status, history, trends
+//	[http.limits] connect_rate, connect_burst  200/s, 2000        WebSocket upgrades
+//	[http.limits] monitor_rate, monitor_burst  5/s, 20            /metrics, /healthz
+//	[http.limits] write_rate, write_burst      2/s, 5             POST /api/write
+//	[http.limits] auth_rate, auth_burst        0.5/s, 5           failed authentications, password hashing
+//	[http.limits] connections_per_client       2000               WebSocket + waiting long polls held at once
+//	                                 (every [http.limits] key is per client IP; 0 = the default,
+//	                                 -1 = no limit for a rate or connections_per_client; rates 0..1000000)
 //	[ring] size                      0: 60 s of samples, ≤ 8 MiB  1..10000000
 //	[poll] tcp_mode                  "parallel"                   parallel | serial
 //	[poll] max_gap                   8 registers                  0..125
@@ -154,6 +165,9 @@ const (
 	DefaultHistoryFineKeep  = 6 * time.Hour
 	DefaultHistoryKeep      = 7 * 24 * time.Hour
 )
+
+// MaxLimitRate bounds every [http.limits] rate, burst and count.
+const MaxLimitRate = 1_000_000
 
 // DefaultHealthzUpstreamMaxDown is [http] healthz_upstream_max_down.
 const DefaultHealthzUpstreamMaxDown = 10 * time.Minute

@@ -112,7 +112,61 @@ func (d *decoder) http(t *table, h *HTTP) {
 	bothOrNeither(t, "tls_cert_file", h.TLSCertFile, "tls_key_file", h.TLSKeyFile)
 	h.ExemptLoopback = t.boolean("exempt_loopback", false)
 	h.HealthzUpstreamMaxDown = t.positive("healthz_upstream_max_down", DefaultHealthzUpstreamMaxDown, true)
+	h.TrustedProxies = t.prefixes("trusted_proxies")
+	h.AllowedNetworks = t.prefixes("allowed_networks")
+	d.limits(t.sub("limits"), &h.Limits)
 	t.done()
+}
+
+// limits reads [http.limits]; every key may be absent (0: web's default).
+func (d *decoder) limits(t *table, l *Limits) {
+	for _, r := range []struct {
+		name  string
+		rate  *float64
+		burst *int
+	}{
+		{"poll", &l.PollRate, &l.PollBurst}, {"read", &l.ReadRate, &l.ReadBurst},
+		{"connect", &l.ConnectRate, &l.ConnectBurst}, {"monitor", &l.MonitorRate, &l.MonitorBurst},
+		{"write", &l.WriteRate, &l.WriteBurst}, {"auth", &l.AuthRate, &l.AuthBurst},
+	} {
+		key := r.name + "_rate"
+		if v, ok := t.float(key); ok {
+			if v != -1 && (v < 0 || v > MaxLimitRate) {
+				t.errf(key, "%s %g: want a rate per second in 0..%d (0: default) or -1 (no limit)", t.name(key), v, MaxLimitRate)
+			} else {
+				*r.rate = v
+			}
+		}
+		*r.burst = int(t.intIn(r.name+"_burst", 0, 0, MaxLimitRate))
+	}
+	l.ConnectionsPerClient = int(t.intIn("connections_per_client", 0, -1, MaxLimitRate))
+	t.done()
+}
+
+// prefixes reads an array of CIDRs ("10.0.0.0/8", "2001:db8::/32") or bare
+// addresses (a /32 or /128).
+func (t *table) prefixes(key string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range t.strs(key) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				t.errf(key, "%s %q: want a network such as \"10.0.0.0/8\" or an address", t.name(key), s)
+				continue
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if p.Addr().Zone() != "" {
+			t.errf(key, "%s %q: a zone is not allowed", t.name(key), s)
+			continue
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 { // ::ffff:10.0.0.0/104 is 10.0.0.0/8: clients are unmapped
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out
 }
 
 func bothOrNeither(t *table, k1, v1, k2, v2 string) {

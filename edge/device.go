@@ -114,7 +114,7 @@ func newDevice(dc DeviceConfig, log *slog.Logger) (*device, error) {
 	}
 	d.info = stats.Info{Name: dc.Name, Transport: dc.Transport, Address: dc.Address, Unit: dc.Unit, Interval: dc.Interval}
 	for _, t := range dc.Tags {
-		d.info.Tags = append(d.info.Tags, stats.TagInfo{Name: t.Name, Unit: t.Unit, Writable: t.Writable})
+		d.info.Tags = append(d.info.Tags, stats.TagInfo{Name: t.Name, Unit: t.Unit, Writable: t.Writable, Deadband: t.Deadband})
 	}
 	d.reads = PlanReads(dc.Tags, d.maxGap, d.maxRegs, d.maxBits)
 	return d, nil

@@ -17,7 +17,8 @@ import (
 // A device whose transport cannot be opened — an RTU device at a serial
 // port that does not exist, a UDP device at a name that does not resolve —
 // is down with the reason, at start-up and when a reload adds it; the good
-// device keeps polling without missing a window; when the port appears (a
+// device keeps polling (no window lost to the others' reopens: what a
+// loaded machine costs it is bounded, see schedulerLoss); when the port appears (a
 // socat pty linked at that path) the RTU device recovers by itself.
 func TestDownTransportRecoversWithoutRestart(t *testing.T) {
 	udp := startFleet(t, sim.Config{Devices: 1, Transport: "udp"})
@@ -33,6 +34,8 @@ func TestDownTransportRecoversWithoutRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	from := time.Now()
+	start := takeLostAll(s.devices[:1])
 	stop := runSched(t, s)
 	dev := func(name string) *device {
 		s.mu.RLock()
@@ -76,7 +79,7 @@ func TestDownTransportRecoversWithoutRestart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- bus.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); testenv.Closed(t, done, stopLimit, "the rtu simulator to stop") })
 	if err := os.Symlink(a, missing); err != nil {
 		t.Fatal(err)
 	}
@@ -86,11 +89,10 @@ func TestDownTransportRecoversWithoutRestart(t *testing.T) {
 	if r := dev("rtu").stats.Reason(); r != "" {
 		t.Errorf("recovered rtu still has reason %q", r)
 	}
+	to := time.Now()
 	stop()
-	sn := dev("good").stats.Snapshot()
-	if sn.Overruns+sn.Skipped > 1 || sn.Polls-sn.GoodPolls > 1 {
-		t.Errorf("good device missed windows: %+v", sn)
-	}
+	schedulerLoss(t, "beside the down devices", []*device{dev("good")}, start)
+	checkSchedule(t, ring, dev("good"), "temperature", from, to)
 	if us := dev("unresolvable").stats.Snapshot(); us.GoodPolls != 0 || !us.Down {
 		t.Errorf("unresolvable: %+v", us)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -36,7 +37,7 @@ func startFleet(t *testing.T, cfg sim.Config) *sim.Fleet {
 	go func() { done <- f.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Recv(t, done, stopLimit, "the simulated fleet to stop"); err != nil {
 			t.Errorf("fleet: %v", err)
 		}
 	})
@@ -64,7 +65,7 @@ func runSched(t *testing.T, s *Scheduler) (stop func()) {
 	stop = func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
+			if err := testenv.Recv(t, done, stopLimit, "the scheduler's Run to return"); err != nil {
 				t.Errorf("scheduler: %v", err)
 			}
 		})
@@ -75,6 +76,79 @@ func runSched(t *testing.T, s *Scheduler) (stop func()) {
 
 // waitFor is testenv.WaitFor: poll a condition with a deadline.
 var waitFor = testenv.WaitFor
+
+// stopLimit bounds every wait for a goroutine or process a test stops (a
+// Run returning, a server's goroutines, a simulator): generous for a
+// loaded machine under -race, and a failure naming what hung, not the
+// package's 15-minute timeout.
+const stopLimit = time.Minute
+
+// closedAddrs returns n distinct loopback addresses of the test's own that
+// nothing listens on (listeners on 127.0.0.1:0, closed again): for devices
+// that are configured and never polled, instead of a fixed address.
+func closedAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	var open []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, ln) // held until all are taken: n distinct ports
+		addrs = append(addrs, ln.Addr().String())
+	}
+	for _, ln := range open {
+		ln.Close()
+	}
+	return addrs
+}
+
+// lostWindows splits the windows d has lost so far by whom they were lost
+// to: the device (polls that ended without a good sample in their window: a
+// timeout, an error, a reply after the window's end) and the gateway's own
+// scheduler (overruns: windows that ended while a poll or the bus goroutine
+// ran late; skipped: windows not polled while demoted or waiting to reopen).
+func lostWindows(d *device) (byDevice, bySched uint64) {
+	sn := d.stats.Snapshot()
+	return sn.Polls - sn.GoodPolls, sn.Overruns + sn.Skipped
+}
+
+// checkSchedule asserts what the scheduler guarantees for d under any load,
+// over a run started after from and stopped (cancelled) before to:
+//   - no poll stacked: the windows it accounts for (polled, overrun or
+//     skipped) are not more than the grid has between from and to;
+//   - no window lost silently: every gap between two good samples of tag is
+//     covered by windows d counted as lost (two good polls k windows apart
+//     are at most k+1 intervals apart).
+//
+// A loaded machine may cost windows; it never makes the scheduler poll one
+// window twice or lose one without counting it.
+func checkSchedule(t *testing.T, ring *ringstore.Ring, d *device, tag string, from, to time.Time) {
+	t.Helper()
+	iv := d.cfg.Interval
+	sn := d.stats.Snapshot()
+	windows := sn.Polls + sn.Overruns + sn.Skipped
+	if grid := uint64(to.Sub(from)/iv) + 2; windows > grid {
+		t.Errorf("%s: %d windows accounted in %v, the grid has %d: polls stacked (%+v)", d.cfg.Name, windows, to.Sub(from), grid, sn)
+	}
+	ts := tsOf(ring.Since(0, nil).Samples, d.cfg.Name, tag)
+	var uncovered uint64 // windows without a good sample between two good samples
+	for i := 1; i < len(ts); i++ {
+		gap := time.Duration(ts[i]-ts[i-1]) * time.Microsecond
+		if k := uint64((gap + iv - 1) / iv); k > 2 {
+			uncovered += k - 2
+		}
+	}
+	byDevice, bySched := lostWindows(d)
+	if uncovered > byDevice+bySched+1 {
+		t.Errorf("%s: %d windows missing between good samples, %d counted lost (%d by the device, %d by the scheduler): windows lost silently",
+			d.cfg.Name, uncovered, byDevice+bySched, byDevice, bySched)
+	}
+	if len(ts) < 2 {
+		t.Errorf("%s: %d good samples of %s", d.cfg.Name, len(ts), tag)
+	}
+}
 
 func thTags() []Tag {
 	return []Tag{
@@ -168,7 +242,10 @@ func TestLateTCPReplyNeverCorruptsLaterPoll(t *testing.T) {
 	runSched(t, s)
 	st := &s.devices[0].stats
 	defer func() { t.Logf("stats: %+v", st.Snapshot()) }()
-	waitFor(t, 20*time.Second, "timeouts and good polls", func() bool {
+	// On a loaded machine more replies than the jitter's half come late, runs
+	// of timeouts grow the reconnect backoff and demote the device (polled
+	// every few seconds, as designed): the ten good polls take longer.
+	waitFor(t, 90*time.Second, "timeouts and good polls", func() bool {
 		return st.Timeouts.Load() >= 10 && st.GoodPolls.Load() >= 10
 	})
 	res := ring.Since(0, nil)
@@ -388,10 +465,10 @@ func TestDeviceRestarted200Times(t *testing.T) {
 	if refused > 100 {
 		t.Errorf("%d of 200 restarts measured nothing (a redial refused)", refused)
 	}
+	stop() // the count is published after the poll's samples: read it once Run has returned
 	if st.Reconnects.Load() < 200 {
 		t.Errorf("reconnects %d < 200", st.Reconnects.Load())
 	}
-	stop()
 	waitFor(t, 5*time.Second, "descriptors and goroutines back to baseline", func() bool {
 		return openFDs(t) <= baseFD && runtime.NumGoroutine() <= baseG+1 // +1: the fleet's own goroutines started before baseline are counted; sim restarts add none
 	})
@@ -446,15 +523,19 @@ func TestDemoteAndPromote(t *testing.T) {
 	runSched(t, s)
 	st := &s.devices[0].stats
 	waitFor(t, 5*time.Second, "good poll", func() bool { return st.GoodPolls.Load() > 0 })
+	// A loaded machine may have demoted it already (three 10 ms timeouts in
+	// a row): the outage counts from here, one demotion at most.
+	d0, already := st.Demotions.Load(), st.Demoted.Load()
 	f.Logger(0).Stop()
 	waitFor(t, 5*time.Second, "demotion", func() bool { return st.Demoted.Load() })
 	waitFor(t, 5*time.Second, "skipped windows", func() bool { return st.Skipped.Load() > 3 })
+	d1 := st.Demotions.Load()
 	if err := f.Logger(0).Start(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "promotion", func() bool { return !st.Demoted.Load() })
-	if st.Demotions.Load() != 1 {
-		t.Errorf("demotions = %d", st.Demotions.Load())
+	if n := d1 - d0; n > 1 || (n == 0 && !already) {
+		t.Errorf("%d demotions during one outage (demoted before it: %v)", n, already)
 	}
 }
 
@@ -491,9 +572,9 @@ func TestStaggeredStart(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		devs = append(devs, devCfg(fmt.Sprint("rtu", i), TransportRTU, "/dev/ttyNOPE", time.Second, 100*time.Millisecond, thTags()))
 	}
-	for i := 0; i < 4; i++ {
-		devs = append(devs, devCfg(fmt.Sprint("tcp", i), TransportTCP, fmt.Sprintf("127.0.0.%d:502", i+1), time.Second, 100*time.Millisecond, thTags()))
-		devs = append(devs, devCfg(fmt.Sprint("udp", i), TransportUDP, fmt.Sprintf("127.0.0.%d:502", i+1), time.Second, 100*time.Millisecond, thTags()))
+	for i, addr := range closedAddrs(t, 4) {
+		devs = append(devs, devCfg(fmt.Sprint("tcp", i), TransportTCP, addr, time.Second, 100*time.Millisecond, thTags()))
+		devs = append(devs, devCfg(fmt.Sprint("udp", i), TransportUDP, addr, time.Second, 100*time.Millisecond, thTags()))
 	}
 	s, err := New(Config{Devices: devs})
 	if err != nil {
@@ -536,7 +617,7 @@ func TestAligned(t *testing.T) {
 }
 
 func TestHealthyReportsAStuckBus(t *testing.T) {
-	s, err := New(Config{Devices: []DeviceConfig{devCfg("d", TransportTCP, "127.0.0.1:1", time.Second, 100*time.Millisecond, thTags())}})
+	s, err := New(Config{Devices: []DeviceConfig{devCfg("d", TransportTCP, closedAddrs(t, 1)[0], time.Second, 100*time.Millisecond, thTags())}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,9 +22,14 @@ func tsOf(samples []ringstore.Sample, dev, tag string) []int64 {
 	return ts
 }
 
-// A reload keeps unchanged devices polling on their schedule (same
-// statistics, no missed window, no gap in their samples), stops removed
-// ones, starts added ones and restarts changed ones.
+// A reload keeps unchanged devices polling on their schedule (same device,
+// statistics and connection, no window lost by the reload), stops removed
+// ones, starts added ones and restarts changed ones. Not "100% valid": a
+// loaded machine costs windows (a reply or the bus goroutine descheduled
+// past a window's end), counted apart by whom they were lost to; what the
+// reload must never do is reopen a kept device's connection, restart its
+// schedule (a window polled twice, or lost without being counted) or reset
+// its statistics.
 func TestReloadKeepsUnchangedDevicesWithoutGap(t *testing.T) {
 	tcp := startFleet(t, sim.Config{Devices: 3, Transport: "tcp"})
 	udp := startFleet(t, sim.Config{Devices: 2, Transport: "udp"})
@@ -39,6 +44,7 @@ func TestReloadKeepsUnchangedDevicesWithoutGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	from := time.Now()
 	stop := runSched(t, s)
 	byName := func() map[string]*device {
 		m := map[string]*device{}
@@ -77,23 +83,35 @@ func TestReloadKeepsUnchangedDevicesWithoutGap(t *testing.T) {
 	waitFor(t, 10*time.Second, "20 more polls of a and polls of e", func() bool {
 		return after["a"].stats.Polls.Load() >= polls+20 && after["e"].stats.GoodPolls.Load() >= 5 && after["b"].stats.GoodPolls.Load() >= 5
 	})
+	to := time.Now()
 	stop()
 	for _, name := range []string{"a", "d"} {
-		sn := after[name].stats.Snapshot()
-		if sn.ValidRate() != 1 || sn.Overruns != 0 || sn.Skipped != 0 {
-			t.Errorf("%s across the reload: valid %.3f, overruns %d, skipped %d", name, sn.ValidRate(), sn.Overruns, sn.Skipped)
-		}
-		ts := tsOf(ring.Since(0, nil).Samples, name, "temperature")
-		for i := 1; i < len(ts); i++ {
-			if gap := time.Duration(ts[i]-ts[i-1]) * time.Microsecond; gap > iv*3/2+10*time.Millisecond {
-				t.Errorf("%s: %v between two samples (interval %v)", name, gap, iv)
-			}
-		}
+		checkKept(t, ring, after[name], from, to)
 	}
 	for _, smp := range ring.Since(0, nil).Samples {
 		if smp.Device == "c" && smp.TS > reloaded {
 			t.Fatalf("removed device c polled after the reload: %+v", smp)
 		}
+	}
+}
+
+// checkKept asserts that d, kept across reloads in a run from from to to,
+// kept its schedule (checkSchedule: the grid's windows, each polled once or
+// counted lost), its statistics (its polls count from the run's start:
+// more than its good samples before and after the reloads) and its
+// connection (a redial only after a failed request).
+func checkKept(t *testing.T, ring *ringstore.Ring, d *device, from, to time.Time) {
+	t.Helper()
+	sn := d.stats.Snapshot()
+	byDevice, bySched := lostWindows(d)
+	t.Logf("%s: polls %d valid %.3f; windows lost %d by the device (timeouts %d, errors %d), %d by the scheduler (overruns %d, skipped %d)",
+		d.cfg.Name, sn.Polls, sn.ValidRate(), byDevice, sn.Timeouts, sn.Errors, bySched, sn.Overruns, sn.Skipped)
+	checkSchedule(t, ring, d, "temperature", from, to)
+	if good := uint64(len(tsOf(ring.Since(0, nil).Samples, d.cfg.Name, "temperature"))); sn.Polls < good {
+		t.Errorf("%s: %d polls counted for %d good samples: statistics reset by a reload", d.cfg.Name, sn.Polls, good)
+	}
+	if sn.Reconnects > sn.Timeouts+sn.Errors {
+		t.Errorf("%s: %d reconnects after %d failed requests: a reload reopened its connection", d.cfg.Name, sn.Reconnects, sn.Timeouts+sn.Errors)
 	}
 }
 
@@ -127,7 +145,8 @@ func TestReloadInvalidKeepsRunningSet(t *testing.T) {
 }
 
 // Twenty reloads while seven UDP devices poll every 100 ms and an eighth
-// comes and goes: the unchanged devices never miss a window.
+// comes and goes: the unchanged devices keep their schedule, statistics
+// and connection (checkKept).
 func TestReloadRepeatedUnderLoad(t *testing.T) {
 	f := startFleet(t, sim.Config{Devices: 8, Transport: "udp"})
 	iv := 100 * time.Millisecond
@@ -136,10 +155,13 @@ func TestReloadRepeatedUnderLoad(t *testing.T) {
 		base = append(base, devCfg(fmt.Sprintf("u%d", i), TransportUDP, f.Addr(i), iv, 30*time.Millisecond, thTags()))
 	}
 	extra := devCfg("extra", TransportUDP, f.Addr(7), iv, 30*time.Millisecond, thTags())
-	s, err := New(Config{Sink: newRing(t, 1000), Devices: base, UDPListen: "127.0.0.1:0"})
+	ring := newRing(t, 100000)
+	s, err := New(Config{Sink: ring, Devices: base, UDPListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	kept := slices.Clone(s.devices)
+	from := time.Now()
 	stop := runSched(t, s)
 	for i := 0; i < 20; i++ {
 		set := base
@@ -152,10 +174,15 @@ func TestReloadRepeatedUnderLoad(t *testing.T) {
 		p := s.Devices()[0].Stats.Polls.Load()
 		waitFor(t, 5*time.Second, "a poll between reloads", func() bool { return s.Devices()[0].Stats.Polls.Load() > p })
 	}
+	to := time.Now()
 	stop()
-	for _, e := range s.Devices()[:7] {
-		if sn := e.Stats.Snapshot(); sn.ValidRate() != 1 || sn.Overruns != 0 {
-			t.Errorf("%s: valid %.3f overruns %d over 20 reloads", e.Info.Name, sn.ValidRate(), sn.Overruns)
+	s.mu.RLock()
+	now := s.devices
+	s.mu.RUnlock()
+	for i, d := range kept {
+		if now[i] != d {
+			t.Fatalf("%s replaced by a reload", d.cfg.Name)
 		}
+		checkKept(t, ring, d, from, to)
 	}
 }

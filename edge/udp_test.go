@@ -73,16 +73,25 @@ func TestUDP48LoggersNoCrossTalk(t *testing.T) {
 }
 
 // 1% of requests and 1% of responses lost: no stall, no overrun pile-up,
-// losses counted, and with one retry inside the interval at least 99.9% of
-// polls get their answer. The simulator's loss is seeded, so the losses are
-// the same every run. Answered, not valid: a poll that ends after its
-// window (a loaded machine, -race) is late, not lost; at most one overrun
-// per poll (polls never pile up).
+// losses counted, and with one retry inside the interval a poll goes
+// unanswered only when both its requests are lost or the machine left no
+// time for the retry in the window (its first timeout noticed late). The
+// losses are counted
+// apart by whom they were lost to: the wire (the simulator's own count of
+// the requests and replies it dropped) and the machine (a timeout the
+// simulator did not cause: its reply came after the gateway gave up, a
+// loaded machine under -race). Answered, not valid: a poll that ends after
+// its window is late, not lost; at most one overrun per poll (polls never
+// pile up).
 func TestUDPLossWithOneRetry(t *testing.T) {
 	f := startFleet(t, sim.Config{Devices: 48, Transport: "udp", Seed: 3, Faults: sim.Faults{DropRequest: 0.01, DropResponse: 0.01}})
 	ring := newRing(t, 1000)
-	// 200 polls × 48 devices: about 4 double losses expected (0.02² × 9600),
-	// 9 allowed by 99.9%.
+	// 200 polls × 48 devices: about 190 polls (0.02 × 9600) lose a request
+	// or its reply, about 4 of them both (0.02² × 9600), 20 allowed
+	// (Poisson(4) above 20: below 1e-7); without the retry all 190 go
+	// unanswered. On a loaded machine a timeout the machine caused (its
+	// reply came late) may cost its poll, and so may a window the poll
+	// started late in or ran over (an overrun: no time left for the retry).
 	s, err := New(Config{Sink: ring, Devices: udpFleetDevices(f, 100*time.Millisecond, 30*time.Millisecond, thTags()), UDPListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +106,10 @@ func TestUDPLossWithOneRetry(t *testing.T) {
 		return true
 	})
 	stop()
+	var dropped uint64 // requests and replies the simulator dropped
+	for i := range f.Len() {
+		dropped += f.Logger(i).Counters().Dropped
+	}
 	var polls, good, sched, timeouts, overruns, requests, answered uint64
 	for _, d := range s.devices {
 		sn := d.stats.Snapshot()
@@ -113,15 +126,23 @@ func TestUDPLossWithOneRetry(t *testing.T) {
 	}
 	valid := float64(good) / float64(sched)
 	rate := float64(answered) / float64(polls)
-	t.Logf("polls %d answered %d requests %d timeouts %d overruns %d valid %.4f%%", polls, answered, requests, timeouts, overruns, 100*valid)
-	if timeouts == 0 {
-		t.Error("no loss counted")
+	// A dropped request in flight when the gateway stopped is no timeout:
+	// one per device at most.
+	byMachine := uint64(0)
+	if timeouts > dropped {
+		byMachine = timeouts - dropped
+	}
+	t.Logf("polls %d answered %d requests %d timeouts %d (simulator dropped %d, late on this machine %d) overruns %d valid %.4f%%",
+		polls, answered, requests, timeouts, dropped, byMachine, overruns, 100*valid)
+	if timeouts == 0 || timeouts+uint64(f.Len()) < dropped {
+		t.Errorf("%d timeouts counted for %d requests or replies dropped: losses not counted", timeouts, dropped)
 	}
 	if answered > polls || requests != answered+timeouts {
 		t.Errorf("counts do not add up: requests %d = answered %d + timeouts %d? (polls %d)", requests, answered, timeouts, polls)
 	}
-	if rate < 0.999 {
-		t.Errorf("%.4f%% of polls answered < 99.9%%", 100*rate)
+	if unanswered := polls - answered; unanswered > 20+byMachine+overruns {
+		t.Errorf("%d polls unanswered (%.4f%% answered): more than 20 double losses + %d timeouts of this machine + %d overruns: no retry?",
+			unanswered, 100*rate, byMachine, overruns)
 	}
 	if overruns > polls {
 		t.Errorf("%d overruns in %d polls: losses piled up", overruns, polls)

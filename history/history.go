@@ -117,6 +117,11 @@ type Store struct {
 
 	added, late, dropped atomic.Uint64
 	written, writeErrs   atomic.Uint64
+
+	emu       sync.Mutex // guards the write health
+	failing   error      // the last write's error; nil once one succeeds
+	lastErr   error      // the last write error since Open (WriteHealth)
+	lastErrAt time.Time
 }
 
 // maxPending bounds the closed buckets waiting for the disk (Run writes them
@@ -349,12 +354,27 @@ func (s *Store) Flush() error {
 	}
 	n, err := s.disk.write(time.Now(), recs)
 	s.written.Add(uint64(n))
+	s.emu.Lock()
+	s.failing = err
+	if err != nil {
+		s.lastErr, s.lastErrAt = err, time.Now()
+	}
+	s.emu.Unlock()
 	if err != nil {
 		s.writeErrs.Add(1)
 		s.dropped.Add(uint64(len(recs)))
 		return fmt.Errorf("history: write %d buckets: %w", len(recs), err)
 	}
 	return nil
+}
+
+// WriteHealth is the writer of Dir: failing is the error of the last write
+// when it failed (nil once one succeeds; writes happen once a Step), last
+// the last write error since Open and at when it happened (zero: none).
+func (s *Store) WriteHealth() (at time.Time, failing, last error) {
+	s.emu.Lock()
+	defer s.emu.Unlock()
+	return s.lastErrAt, s.failing, s.lastErr
 }
 
 // Run ticks at every step boundary (closing buckets, sampling the device

@@ -8,7 +8,10 @@
 // or web: it reads the durable queue (spool.Queue) and the latest values
 // (a func returning a ringstore.Snapshot), and publishes its state in a
 // stats.Upstream. Only acknowledged samples leave the queue: a WebSocket
-// batch on the receiver's ack, an MQTT batch on its PUBACK. Everything else
+// batch on the receiver's ack, an MQTT batch on its PUBACK. The WebSocket
+// uplink is up ("connected") only from a session's first batch acked
+// within AckTimeout: a receiver that answers the handshake and stores
+// nothing counts as down, for the fallback and for the path /healthz reads. Everything else
 // is resent, so receivers dedup by (gateway, epoch, seq). Write commands come
 // back the same ways (the receiver over the WebSocket uplink; MQTT
 // <prefix>/write/<device>/<tag> only with MQTT.WriteCommands, which trusts

@@ -77,7 +77,7 @@ func serveReceiver(t *testing.T, r *receiver.Receiver) (addr net.Addr, stop func
 	stop = func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
+			if err := testenv.Recv(t, done, 10*time.Second, "the receiver's Serve to return after cancel"); err != nil {
 				t.Errorf("receiver: %v", err)
 			}
 		})
@@ -90,6 +90,7 @@ func serveReceiver(t *testing.T, r *receiver.Receiver) (addr net.Addr, stop func
 type gateway struct {
 	ring *ringstore.Ring
 	q    *spool.Queue
+	t    testing.TB
 }
 
 func newGateway(t *testing.T, dir string) *gateway {
@@ -102,13 +103,17 @@ func newGateway(t *testing.T, dir string) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gateway{ring: ringstore.NewRing(200, seq), q: q}
+	g := &gateway{ring: ringstore.NewRing(200, seq), q: q, t: t}
 	g.ring.OnAppend(q.HandOff)
 	g.ring.AfterAppend(q.Persist)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = q.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; q.Close() })
+	t.Cleanup(func() {
+		cancel()
+		testenv.Closed(t, done, 10*time.Second, "the queue's Run to return after cancel")
+		q.Close()
+	})
 	return g
 }
 
@@ -131,10 +136,11 @@ type producer struct {
 	done    chan struct{}
 	polls   int
 	once    sync.Once
+	g       *gateway
 }
 
 func startProducer(g *gateway, max int) *producer {
-	p := &producer{stopped: make(chan struct{}), done: make(chan struct{})}
+	p := &producer{stopped: make(chan struct{}), done: make(chan struct{}), g: g}
 	go func() {
 		defer close(p.done)
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -158,7 +164,17 @@ func startProducer(g *gateway, max int) *producer {
 }
 
 func (p *producer) pause(b bool) { p.mu.Lock(); p.paused = b; p.mu.Unlock() }
-func (p *producer) stop()        { p.once.Do(func() { close(p.stopped) }); <-p.done }
+func (p *producer) stop() {
+	p.once.Do(func() { close(p.stopped) })
+	p.finished(10 * time.Second)
+}
+
+// finished waits until the producer has ended (stopped, or its polls all
+// appended), for at most limit.
+func (p *producer) finished(limit time.Duration) {
+	p.g.t.Helper()
+	testenv.Closed(p.g.t, p.done, limit, "the producer to end")
+}
 
 // runPusher runs p until the test ends (or stop).
 func runPusher(t *testing.T, p *Pusher) (stop func()) {
@@ -207,7 +223,7 @@ func subscribe(t *testing.T, broker, topic string, fn func(topic string, payload
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscriber connect: %v", tok.Error())
 	}
-	if tok := <-subscribed; !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+	if tok := testenv.Recv(t, subscribed, 10*time.Second, "the subscriber's OnConnect"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe %s: %v", topic, tok.Error())
 	}
 	t.Cleanup(func() { c.Disconnect(100) })

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/lab/mqttbroker"
 	"edgegw/receiver"
 	"edgegw/stats"
@@ -68,7 +69,7 @@ func startBlackHole(t *testing.T) *blackHole {
 			c.Close()
 		}
 		b.mu.Unlock()
-		b.wg.Wait()
+		testenv.Wait(t, 10*time.Second, "the black-hole broker's connections to end", b.wg.Wait)
 	})
 	return b
 }
@@ -253,7 +254,7 @@ func TestModeAlwaysMirrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the broker's Run to return after cancel") }()
 
 	var wsOut, mqttOut syncBuffer
 	r := receiver.New(receiver.Config{Out: &wsOut})
@@ -280,18 +281,17 @@ func TestModeAlwaysMirrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runPusher(t, p)
-	waitFor(t, 5*time.Second, "websocket and mqtt up", func() bool { return path(st) == stats.PathWebSocket && r.Stats().Connections == 1 })
-	select { // the mirror publishes only while the MQTT link is up
-	case <-online:
-	case <-time.After(5 * time.Second):
-		t.Fatal("status online not seen")
-	}
+	// the mirror publishes only while the MQTT link is up
+	testenv.Closed(t, online, 5*time.Second, "status online")
 	first := g.ring.Seq() + 1
 	prod := startProducer(g, 50)
-	<-prod.done
+	prod.finished(30 * time.Second)
 	waitFor(t, 5*time.Second, "both paths got everything", func() bool {
 		return r.Stats().Samples == 100 && viaMQTT.Stats().Samples == 100
 	})
+	if path(st) != stats.PathWebSocket || r.Stats().Connections != 1 {
+		t.Fatalf("path %s, receiver %+v", path(st), r.Stats())
+	}
 	checkExactlyOnce(t, wsOut.seqs(t, gwID), first, first+99)
 	checkExactlyOnce(t, mqttOut.seqs(t, gwID), first, first+99)
 	stop()

@@ -13,13 +13,18 @@ import (
 // loop and sessions, the MQTT client, the MQTT batch sender, the per-tag
 // publisher and the failover policy. It returns after all have exited.
 //
-// Failover: the WebSocket session has the batch stream whenever it is
-// connected. When it has been down longer than FallbackAfter (mode fallback
-// or always), the MQTT sender takes the stream from the oldest
-// unacknowledged sample. When WebSocket connects again, the MQTT sender is
-// told to stop: it publishes nothing more and settles its batches in flight
-// (a PUBACK within AckTimeout acks what the broker got; see mqttSender).
-// Only then does the session start, from the oldest unacknowledged sample:
+// Failover: WebSocket is up ("connected") from the first batch a session
+// gets acknowledged within AckTimeout until that session ends; a handshake
+// alone is not up, so a receiver that answers it and then never acks, sends
+// garbage or closes after every batch counts as down. When WebSocket has
+// been down longer than FallbackAfter (mode fallback or always), the MQTT
+// sender takes the stream from the oldest unacknowledged sample. Each new
+// session (dialled with backoff and jitter) gets the stream to prove the
+// receiver: the MQTT sender is told to stop, it publishes nothing more and
+// settles its batches in flight (a PUBACK within AckTimeout acks what the
+// broker got; see mqttSender); a session that then ends without an ack
+// hands the stream straight back to MQTT, one that acks keeps it.
+// The session starts from the oldest unacknowledged sample:
 // no gap, no reordering within a path, and no duplicate across paths unless
 // a PUBACK came later than AckTimeout or the broker lost the connection
 // with batches in flight. Acks are cumulative and only move forward, so
@@ -100,7 +105,13 @@ func (p *Pusher) Run(ctx context.Context) error {
 		}
 		p.publishState()
 	}()
-	unauthorized, wsIsUp := false, false
+	// wsActive: a session holds the batch stream; wsIsUp: its first batch
+	// was acknowledged (only that is "connected"); fellBack: WebSocket has
+	// been down (not connected) longer than FallbackAfter, and MQTT carries
+	// the stream whenever no session holds it; paused: the session took the
+	// stream from a running MQTT sender (it gets it back unless the session
+	// acks).
+	unauthorized, wsActive, wsIsUp, fellBack, paused := false, false, false, p.cfg.WS.URL == "", false
 	// The dispatcher is the only writer of State.Path.
 	updatePath := func() {
 		switch {
@@ -108,7 +119,9 @@ func (p *Pusher) Run(ctx context.Context) error {
 			p.setPath(stats.PathWebSocket)
 		case unauthorized:
 			p.setPath(stats.PathUnauthorized) // sticky: it needs a person, even while MQTT carries the data
-		case senderCancel != nil && link.up():
+		case (senderCancel != nil || paused) && link.up():
+			// Also while a new session tries the receiver (MQTT paused, at
+			// most AckTimeout): WebSocket is not up until it acks.
 			p.setPath(stats.PathMQTT)
 		default:
 			p.setPath(stats.PathBuffering)
@@ -134,8 +147,10 @@ func (p *Pusher) Run(ctx context.Context) error {
 		case ev := <-events:
 			switch ev.kind {
 			case wsUp:
-				wsIsUp = true
-				fallback.Stop()
+				// The session gets the stream to prove the receiver stores
+				// (one batch acked within AckTimeout); the fallback timer
+				// keeps running until it does.
+				wsActive, paused = true, senderCancel != nil
 				stopSender()
 				if senderDone != nil {
 					// Its batches in flight settled, the session starts after
@@ -153,16 +168,28 @@ func (p *Pusher) Run(ctx context.Context) error {
 				}
 				updatePath()
 				close(ev.granted)
+			case wsConnected:
+				wsIsUp, fellBack, paused = true, false, false
+				fallback.Stop()
 			case wsDown, wsUnauthorized:
-				wsIsUp = false
+				wsActive, paused = false, false
 				unauthorized = unauthorized || ev.kind == wsUnauthorized
-				if mode != ModeOff {
+				switch {
+				case mode == ModeOff:
+				case wsIsUp:
+					// Down from now: fall back once it has lasted FallbackAfter.
 					fallback.Reset(p.cfg.MQTT.FallbackAfter)
+				case fellBack:
+					startSender() // the session never acked: MQTT resumes at once
 				}
+				wsIsUp = false
 			}
 		case <-fallback.C:
 			if mode != ModeOff && !wsIsUp {
-				startSender()
+				fellBack = true
+				if !wsActive {
+					startSender()
+				} // else: once the session trying the receiver ends unacked
 			}
 		case <-linkChange:
 			linkChange = link.changed()

@@ -18,6 +18,9 @@ import (
 //
 //	push: upstream path                path=mqtt was=buffering for=12s
 //	push: websocket: cannot connect    err="dial tcp …: connection refused"
+//	push: websocket: receiver answered the handshake but acknowledged no batch; counted as down
+//	                                   reason="no ack within 10s" err=… retry_in=4s
+//	push: websocket: connected         (at the first batch acknowledged, not at the handshake)
 //	push: mqtt: cannot connect         err="network Error : tls: failed to verify certificate: x509: …"
 //	                                   cert_subject="CN=broker" cert_issuer="CN=other CA"
 //	push: mqtt: connected              was="failed: …" for=40s

@@ -223,7 +223,7 @@ func TestWebSocketWrongCALoggedOnce(t *testing.T) {
 	srv := &http.Server{Handler: http.NotFoundHandler(), ErrorLog: log.New(io.Discard, "", 0)}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close(); <-done })
+	t.Cleanup(func() { srv.Close(); testenv.Closed(t, done, 10*time.Second, "the TLS server's Serve to return") })
 	otherFile := filepath.Join(dir, "other-ca.pem")
 	writePEM(t, otherFile, "CERTIFICATE", otherCA.der)
 

@@ -2,12 +2,15 @@ package push
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"edgegw/internal/backoff"
@@ -34,19 +37,23 @@ func (e *UnauthorizedError) Error() string {
 
 // wsEvent tells the dispatcher about the WebSocket link.
 type wsEvent struct {
-	kind    int           // wsUp, wsDown, wsUnauthorized
+	kind    int           // wsUp, wsConnected, wsDown, wsUnauthorized
 	granted chan struct{} // wsUp: closed by the dispatcher once MQTT has stopped sending
 }
 
 const (
-	wsUp = iota
-	wsDown
-	wsUnauthorized
+	wsUp           = iota // handshake done: the session asks for the batch stream
+	wsConnected           // the session's first batch was acknowledged
+	wsDown                // the session ended
+	wsUnauthorized        // 401/403: no more dials
 )
 
 // wsLoop dials with backoff, asks the dispatcher for the batch stream and
 // runs one session per connection. It returns when ctx ends or the token
-// is refused.
+// is refused. A session tells the dispatcher when its first batch is
+// acknowledged (wsConnected): only then is the WebSocket up. After a
+// session the loop waits the next backoff delay, whether or not the
+// handshake had succeeded.
 func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 	w := p.cfg.WS
 	// gorilla watches ctx only while connecting, not during the HTTP
@@ -113,7 +120,6 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 			}
 			continue
 		}
-		bo.Reset()
 		connects++
 		if connects > 1 {
 			p.st.Reconnects.Add(1)
@@ -129,19 +135,77 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 			conn.Close()
 			return
 		}
-		p.wsState.Set(log, slog.LevelInfo, "connected", "push: websocket: connected")
-		err = p.session(ctx, conn)
+		// Connected is the first batch acknowledged, not the handshake: a
+		// receiver that answers the handshake and stores nothing is down.
+		var connectedAt time.Time
+		err = p.session(ctx, conn, func() {
+			connectedAt = time.Now()
+			p.wsState.Set(log, slog.LevelInfo, "connected", "push: websocket: connected")
+			send(ctx, events, wsEvent{kind: wsConnected})
+		})
 		if ctx.Err() != nil {
 			return
 		}
-		p.wsState.Set(log, slog.LevelWarn, failState("lost", err), "push: websocket: connection lost", "err", err)
+		// The delay starts over only after a session that stayed connected
+		// for ReconnectMax: a receiver that fails every session, before or
+		// after its first ack, is retried ever more slowly, like a dial.
+		if !connectedAt.IsZero() && time.Since(connectedAt) >= w.ReconnectMax {
+			bo.Reset()
+		}
+		d := bo.Next()
+		why := sessionReason(err)
+		if connectedAt.IsZero() {
+			p.st.WSSessionsFailed.Add(1)
+			p.wsState.Set(log, slog.LevelWarn, "not storing: "+why, "push: websocket: receiver answered the handshake but acknowledged no batch; counted as down",
+				"reason", why, "err", err, "retry_in", d.Round(time.Millisecond))
+		} else {
+			p.wsState.Set(log, slog.LevelWarn, "lost: "+why, "push: websocket: connection lost",
+				"reason", why, "err", err, "retry_in", d.Round(time.Millisecond))
+		}
 		if !send(ctx, events, wsEvent{kind: wsDown}) {
 			return
 		}
-		if !sleepCtx(ctx, bo.Next()) {
+		if !sleepCtx(ctx, d) {
 			return
 		}
 	}
+}
+
+// noAckError is a batch not acknowledged within AckTimeout.
+type noAckError struct {
+	last    uint64
+	timeout time.Duration
+}
+
+func (e *noAckError) Error() string {
+	return fmt.Sprintf("push: websocket: no ack for batch up to %d within %v", e.last, e.timeout)
+}
+
+// sessionReason names why a session ended, the same words for the same
+// cause (no seq, no address), so that the log says each change of reason
+// once and not each session.
+func sessionReason(err error) string {
+	var na *noAckError
+	var pe *wire.ProtocolError
+	var ce *websocket.CloseError
+	switch {
+	case err == nil:
+		return "closed"
+	case errors.As(err, &na):
+		return "no ack within " + na.timeout.String()
+	case errors.As(err, &pe):
+		return "bad " + pe.Frame + " frame from the receiver"
+	case errors.As(err, &ce):
+		return fmt.Sprintf("receiver closed the connection (code %d)", ce.Code)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed):
+		return "receiver dropped the connection"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "receiver silent (read or write timeout)"
+	}
+	return err.Error()
 }
 
 func send(ctx context.Context, ch chan<- wsEvent, ev wsEvent) bool {
@@ -184,7 +248,11 @@ type flight struct {
 // once. Answers reach the writer through a channel; when the session ends
 // the writes are cancelled and their answers dropped (the receiver sees
 // the connection close).
-func (p *Pusher) session(ctx context.Context, conn *websocket.Conn) error {
+//
+// connected is called once, from this goroutine, when the first batch is
+// acknowledged. Until then one batch is in flight (a receiver that does
+// not ack holds no more than one batch of the stream).
+func (p *Pusher) session(ctx context.Context, conn *websocket.Conn, connected func()) error {
 	w := p.cfg.WS
 	var sentLast, ackedLast atomic.Uint64
 	ackNote := make(chan struct{}, 1)
@@ -259,7 +327,7 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn) error {
 		}
 	}()
 
-	err := p.sessionWrite(ctx, conn, &sentLast, &ackedLast, ackNote, readErr, answers)
+	err := p.sessionWrite(ctx, conn, &sentLast, &ackedLast, ackNote, readErr, answers, connected)
 	close(quit)
 	wcancel()
 	// Close: a close frame, then the socket; the reader then ends.
@@ -273,7 +341,7 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn) error {
 }
 
 func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLast, ackedLast *atomic.Uint64,
-	ackNote <-chan struct{}, readErr chan error, answers <-chan []byte) error {
+	ackNote <-chan struct{}, readErr chan error, answers <-chan []byte, connected func()) error {
 	w := p.cfg.WS
 	after := p.q.Acked() // resend from the oldest unacknowledged sample
 	var inflight []flight
@@ -289,9 +357,17 @@ func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLas
 		for len(inflight) > 0 && inflight[0].last <= acked {
 			p.st.SentWS.Add(uint64(inflight[0].n))
 			inflight = inflight[1:]
+			if connected != nil {
+				connected()
+				connected = nil
+			}
+		}
+		window := w.Window
+		if connected != nil {
+			window = 1 // not connected yet: one batch proves the receiver stores
 		}
 		var wake <-chan struct{}
-		if len(inflight) < w.Window {
+		if len(inflight) < window {
 			wake = p.q.Wait()
 			now := time.Now()
 			if batch := bt.next(p.q, after, now); batch != nil {
@@ -318,7 +394,7 @@ func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLas
 		if len(inflight) > 0 {
 			d := time.Until(inflight[0].sent.Add(w.AckTimeout))
 			if d <= 0 {
-				return fmt.Errorf("push: websocket: no ack for batch up to %d within %v", inflight[0].last, w.AckTimeout)
+				return &noAckError{last: inflight[0].last, timeout: w.AckTimeout}
 			}
 			if next < 0 || d < next {
 				next = d

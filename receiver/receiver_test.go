@@ -76,7 +76,7 @@ func serve(t *testing.T, r *Receiver) string {
 	done := make(chan error, 1)
 	go func() { done <- r.Serve(t.Context()) }() // cancelled before the cleanups run
 	t.Cleanup(func() {
-		if err := <-done; err != nil {
+		if err := testenv.Recv(t, done, 10*time.Second, "Serve to return after the test's context ended"); err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
@@ -108,6 +108,7 @@ func TestReceiverDuplicates(t *testing.T) {
 		if err := c.WriteMessage(websocket.TextMessage, frame); err != nil {
 			t.Fatal(err)
 		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		_, msg, err := c.ReadMessage()
 		if err != nil {
 			t.Fatal(err)
@@ -135,6 +136,7 @@ func TestReceiverDuplicates(t *testing.T) {
 		t.Fatalf("stats: %+v", rs)
 	}
 	_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"batch","gateway":"x","first":2,"last":1,"samples":[]}`))
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, _, err = c.ReadMessage()
 	if !websocket.IsCloseError(err, websocket.CloseInvalidFramePayloadData) {
 		t.Fatalf("bad frame: %v, want close 1007", err)
@@ -344,6 +346,7 @@ func TestReceiverWrite(t *testing.T) {
 	defer c.Close()
 	testenv.WaitFor(t, 5*time.Second, "the gateway known", func() bool { return fmt.Sprint(r.Connected()) == "["+gwID+"]" })
 	gateway := make(chan error, 1)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	go func() { // the gateway's side: one command, answered after a stray answer
 		_, msg, err := c.ReadMessage()
 		if err == nil {
@@ -364,7 +367,7 @@ func TestReceiverWrite(t *testing.T) {
 	if err != nil || !a.OK || a.Written != 42.5 || a.ReadBack != 42.4 {
 		t.Fatalf("answer %+v %v", a, err)
 	}
-	if err := <-gateway; err != nil {
+	if err := testenv.Recv(t, gateway, 10*time.Second, "the gateway's side to answer"); err != nil {
 		t.Fatal(err)
 	}
 	if st := r.Stats(); st.WriteAnswers != 1 || st.UnknownAnswers != 1 {

@@ -169,6 +169,13 @@ func (r *Ring) Appends() uint64 { return r.appends.Load() }
 // the ring's last. When nothing is newer, Samples is empty and Wait is the
 // channel to wait on.
 func (r *Ring) Since(after uint64, dst []Sample) Result {
+	return r.SinceN(after, 0, dst)
+}
+
+// SinceN is Since returning at most n samples (the oldest ones; n <= 0: all
+// of them): a reader that serves a long tail in bounded chunks copies one
+// chunk at a time.
+func (r *Ring) SinceN(after uint64, n int, dst []Sample) Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res := Result{Samples: dst, Seq: r.last, Epoch: r.epoch, Wait: r.wake}
@@ -177,18 +184,22 @@ func (r *Ring) Since(after uint64, dst []Sample) Result {
 		res.Reset = true
 		return res
 	}
-	n := len(r.buf)
+	size := len(r.buf)
 	if after == r.last {
 		return res
 	}
-	oldest := r.last - uint64(n) + 1 // last+1 when empty (after a restart)
+	oldest := r.last - uint64(size) + 1 // last+1 when empty (after a restart)
 	if after+1 < oldest {
 		res.Reset = true
 		return res
 	}
 	skip := int(after + 1 - oldest) // samples at or below after
-	for i := skip; i < n; i++ {
-		res.Samples = append(res.Samples, r.buf[(r.start+i)%n])
+	end := size
+	if n > 0 && skip+n < end {
+		end = skip + n
+	}
+	for i := skip; i < end; i++ {
+		res.Samples = append(res.Samples, r.buf[(r.start+i)%size])
 	}
 	return res
 }

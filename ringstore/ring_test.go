@@ -79,6 +79,35 @@ func TestRingOverflowResets(t *testing.T) {
 	}
 }
 
+// SinceN returns the oldest n of what Since would, across the ring's wrap,
+// and all of it when fewer are newer.
+func TestRingSinceNChunks(t *testing.T) {
+	r := memRing(t, 4)
+	for i := 0; i < 3; i++ {
+		r.Append(batch("d", "a", "b")) // seqs 1..6, ring holds 3..6 (wrapped)
+	}
+	var got []uint64
+	for after := uint64(2); after < 6; {
+		res := r.SinceN(after, 3, nil)
+		if res.Reset || len(res.Samples) == 0 || len(res.Samples) > 3 || res.Seq != 6 {
+			t.Fatalf("sinceN(%d, 3): %+v", after, res)
+		}
+		for _, s := range res.Samples {
+			got = append(got, s.Seq)
+		}
+		after = res.Samples[len(res.Samples)-1].Seq
+	}
+	if fmt.Sprint(got) != "[3 4 5 6]" {
+		t.Fatalf("chunks gave seqs %v, want [3 4 5 6]", got)
+	}
+	if res := r.SinceN(1, 3, nil); !res.Reset {
+		t.Fatal("sinceN from before the ring: want reset")
+	}
+	if res := r.SinceN(3, 0, nil); len(res.Samples) != 3 {
+		t.Fatalf("sinceN with n 0: %d samples, want all 3", len(res.Samples))
+	}
+}
+
 func TestRingSnapshotLatestPerTag(t *testing.T) {
 	r := memRing(t, 4)
 	r.Append([]Sample{{Device: "b", Tag: "x", Value: 1}, {Device: "a", Tag: "y", Value: 2}})
@@ -136,8 +165,8 @@ func TestRingNoLostWakeup(t *testing.T) {
 	for i := 0; i < rounds; i++ {
 		r.Append(batch("d", "a"))
 	}
-	wg.Wait()
-	if err := <-errc; err != nil {
+	testenv.Wait(t, time.Minute, "the reader to read every round", wg.Wait)
+	if err := testenv.Recv(t, errc, time.Second, "the reader's verdict"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -160,7 +189,7 @@ func TestRingOnAppendSeesBatchesInOrder(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.Wait(t, time.Minute, "4 appenders × 100 batches", wg.Wait)
 	if len(got) != 800 {
 		t.Fatalf("hook saw %d samples", len(got))
 	}
@@ -315,16 +344,19 @@ func TestSequenceStrictlyIncreasingAcrossSIGKILL(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// A child that prints too little is killed: the read below ends.
+		late := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
 		buf := make([]byte, 64<<10)
 		var text string
 		for lines := 0; lines < 20; {
 			n, err := out.Read(buf)
 			if err != nil {
-				t.Fatalf("child: %v", err)
+				t.Fatalf("child: %v (%d lines; killed after a minute: %v)", err, lines, !late.Stop())
 			}
 			text += string(buf[:n])
 			lines = strings.Count(text, "\n")
 		}
+		late.Stop()
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		first := true
@@ -391,7 +423,7 @@ func TestSequenceReservesAhead(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the sequence's Run to return after cancel") }()
 	testenv.WaitFor(t, 10*time.Second, "Run started", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.running })
 	e1 := s.Epoch()
 	s.Reserve(SeqBlock/2 + 1)

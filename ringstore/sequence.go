@@ -77,6 +77,8 @@ type Sequence struct {
 	openEpoch uint64 // the epoch after open
 	continued bool   // openEpoch continues the epoch on disk
 	diskErr   error  // the last failed mark write, nil once one succeeds
+	lastErr   error  // the last failed mark write since open, kept after a success (WriteHealth)
+	lastErrAt time.Time
 }
 
 // SequenceConfig configures OpenSequenceConfig.
@@ -134,6 +136,7 @@ func OpenSequenceConfig(cfg SequenceConfig) (*Sequence, error) {
 	target := s.last + SeqBlock
 	if err := writeMark(cfg.Dir, target, s.epoch); err != nil {
 		s.diskErr = err
+		s.lastErr, s.lastErrAt = err, time.Now()
 		if s.why == "" {
 			// The mark is not moved, so numbers above it must not be
 			// handed out under this epoch: a restart would reuse them.
@@ -242,6 +245,15 @@ func (s *Sequence) Durable() (bool, error) {
 	return s.durable || s.dir == "", s.diskErr
 }
 
+// WriteHealth is the mark's writer: failing is the error of the last mark
+// write while it fails (nil once one succeeds), last the last mark write
+// error since open and at when it happened (zero: none).
+func (s *Sequence) WriteHealth() (at time.Time, failing, last error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErrAt, s.diskErr, s.lastErr
+}
+
 // Reserve hands out n consecutive numbers and returns the first. It never
 // fails; the error is kept for callers of the older signature.
 func (s *Sequence) Reserve(n int) (uint64, error) {
@@ -281,6 +293,7 @@ func (s *Sequence) exhaustedLocked(n int) {
 			return
 		}
 		s.diskErr = err
+		s.lastErr, s.lastErrAt = err, time.Now()
 	}
 	reason := "sequence block used up and the next high-water mark is not written"
 	if s.diskErr != nil {
@@ -346,6 +359,7 @@ func (s *Sequence) Run(ctx context.Context) error {
 				s.log.Warn("ringstore: sequence: high-water mark not written; retrying", "dir", s.dir, "err", err)
 			}
 			s.diskErr = err
+			s.lastErr, s.lastErrAt = err, time.Now()
 			retry.Reset(backoff)
 			backoff = min(2*backoff, 30*time.Second)
 			s.mu.Unlock()

@@ -31,7 +31,7 @@ func startBus(t *testing.T, cfg RTUConfig) (*RTUBus, string) {
 	go func() { done <- bus.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Recv(t, done, 10*time.Second, "the bus's Run to return after cancel"); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})

@@ -31,7 +31,7 @@ func startFleet(t testing.TB, cfg Config) *Fleet {
 	go func() { done <- f.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Recv(t, done, 10*time.Second, "the fleet's Run to return after cancel"); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 		f.Close()
@@ -170,7 +170,7 @@ func TestTCPConcurrentConnections(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.Wait(t, time.Minute, "8 connections × 25 reads", wg.Wait)
 	close(errs)
 	for err := range errs {
 		t.Error(err)

@@ -115,6 +115,7 @@ type Node struct {
 	log     *slog.Logger
 	tlsConf *tls.Config
 	bd      *bdSeqStore
+	state   writeHealth // the writes of bdseq and aliases (WriteHealth)
 	devs    []devInfo
 	byName  map[string]int
 	tags    map[aliasKey]*tagInfo
@@ -203,8 +204,8 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	var err error
-	n.bd = openBdSeq(dir, n.log)
-	aliases := loadAliases(dir, cfg.Devices, n.log)
+	n.bd = openBdSeq(dir, n.log, &n.state)
+	aliases := loadAliases(dir, cfg.Devices, n.log, &n.state)
 	for _, d := range cfg.Devices {
 		di := devInfo{Device: d}
 		for _, t := range d.Tags {
@@ -220,6 +221,16 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("sparkplug: %w", err)
 	}
 	return n, nil
+}
+
+// WriteHealth is the writer of the node's state in DataDir (bdseq at each
+// connection, aliases when tags are added): failing is the error of the
+// last state write when it failed (nil once one succeeds), last the last
+// such error since New and at when it happened (zero: none).
+func (n *Node) WriteHealth() (at time.Time, failing, last error) {
+	n.state.mu.Lock()
+	defer n.state.mu.Unlock()
+	return n.state.lastErrAt, n.state.failing, n.state.lastErr
 }
 
 // CheckID refuses an empty id or one with a character Sparkplug forbids in

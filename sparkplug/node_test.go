@@ -160,7 +160,7 @@ func TestNodeSession(t *testing.T) {
 	go func() { done <- n.Run(ctx) }()
 	defer func() {
 		cancel()
-		<-done
+		testenv.Recv(t, done, 10*time.Second, "the node's Run to return after cancel")
 	}()
 
 	nb := s.wait(0, "/NBIRTH/n", nil)
@@ -217,10 +217,10 @@ func TestNodeSession(t *testing.T) {
 	// Stopping publishes NDEATH with the session's bdSeq.
 	mark = s.count()
 	cancel()
-	if err := <-done; err != nil {
+	if err := testenv.Recv(t, done, 10*time.Second, "the node's Run to return after cancel"); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	done <- nil
+	done <- nil // for the deferred receive
 	nd := s.wait(mark, "/NDEATH/n", nil)
 	if nd.p.Metrics[0].Name != MetricBdSeq || nd.p.Metrics[0].Value.U != 0 || nd.p.HasSeq {
 		t.Fatalf("NDEATH %+v", nd.p)

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // firstTagAlias is the alias of the first tag ever seen; 1..firstTagAlias-1
@@ -53,10 +55,28 @@ type bdSeqStore struct {
 	path string
 	last int // -1 before the first
 	log  *slog.Logger
+	wh   *writeHealth
 }
 
-func openBdSeq(dir string, log *slog.Logger) *bdSeqStore {
-	s := &bdSeqStore{last: -1, log: log}
+// writeHealth records the state writes (bdseq, aliases) for WriteHealth.
+type writeHealth struct {
+	mu        sync.Mutex
+	failing   error // the last state write's error; nil once one succeeds
+	lastErr   error
+	lastErrAt time.Time
+}
+
+func (w *writeHealth) note(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failing = err
+	if err != nil {
+		w.lastErr, w.lastErrAt = err, time.Now()
+	}
+}
+
+func openBdSeq(dir string, log *slog.Logger, wh *writeHealth) *bdSeqStore {
+	s := &bdSeqStore{last: -1, log: log, wh: wh}
 	if dir == "" {
 		return s
 	}
@@ -83,7 +103,9 @@ func openBdSeq(dir string, log *slog.Logger) *bdSeqStore {
 func (s *bdSeqStore) next() uint64 {
 	n := (s.last + 1) % 256
 	if s.path != "" {
-		if err := writeFileAtomic(s.path, []byte(strconv.Itoa(n)+"\n")); err != nil {
+		err := writeFileAtomic(s.path, []byte(strconv.Itoa(n)+"\n"))
+		s.wh.note(err)
+		if err != nil {
 			s.log.Warn("sparkplug: bdseq not saved; a restart may reuse it", "bdseq", n, "err", err)
 		}
 	}
@@ -102,7 +124,7 @@ type aliasKey struct{ device, tag string }
 // cannot be read or parsed is logged and the aliases start again from the
 // config order, and one that cannot be written is logged: the births carry
 // the aliases, so a host follows either way.
-func loadAliases(dir string, devs []Device, log *slog.Logger) map[aliasKey]uint64 {
+func loadAliases(dir string, devs []Device, log *slog.Logger, wh *writeHealth) map[aliasKey]uint64 {
 	path := ""
 	if dir != "" {
 		path = filepath.Join(dir, "aliases")
@@ -128,7 +150,9 @@ func loadAliases(dir string, devs []Device, log *slog.Logger) map[aliasKey]uint6
 		for k, a := range m {
 			fmt.Fprintf(&b, "%d\t%s\t%s\n", a, k.device, k.tag)
 		}
-		if err := writeFileAtomic(path, b.Bytes()); err != nil {
+		err := writeFileAtomic(path, b.Bytes())
+		wh.note(err)
+		if err != nil {
 			log.Warn("sparkplug: aliases not saved; a restart may number new tags differently", "err", err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/ringstore"
 )
 
@@ -132,7 +133,7 @@ func TestNoDiskIOUnderRingLock(t *testing.T) {
 		_, last, _ := ring.Append([]ringstore.Sample{{Device: "a", Tag: "t", Value: 1}})
 		returned <- last
 	}()
-	<-entered // the first poll's sync hangs
+	testenv.Recv(t, entered, 10*time.Second, "the first poll's sync") // it hangs
 	res := ring.Since(start, nil)
 	if len(res.Samples) != 1 {
 		t.Fatalf("reader during the sync: %+v", res)
@@ -146,8 +147,8 @@ func TestNoDiskIOUnderRingLock(t *testing.T) {
 	default:
 	}
 	once.Do(func() { close(release) })
-	if last := <-returned; last != res.Seq {
+	if last := testenv.Recv(t, returned, 10*time.Second, "the first poll's Append to return after its sync"); last != res.Seq {
 		t.Fatalf("last %d, want %d", last, res.Seq)
 	}
-	<-other
+	testenv.Closed(t, other, 10*time.Second, "the other poll's Append to return")
 }

@@ -155,6 +155,8 @@ type Queue struct {
 	pendBytes   int64  // estBytes of the unwritten samples (mem after written)
 	writtenTo   uint64 // every handed-off sample up to here is written (or was acked)
 	diskErr     error  // the write error that put the queue in memory; nil = writing
+	lastErr     error  // the last write error since Open, kept after a success (WriteHealth)
+	lastErrAt   time.Time
 	diskSince   time.Time
 	diskLog     time.Time // last "still in memory" line
 	diskRetry   time.Time // no write attempt before this while diskErr is set
@@ -390,6 +392,16 @@ func (q *Queue) degrade(err error) {
 			"dir", q.cfg.Dir, "err", err, "max_bytes", q.cfg.MaxBytes)
 	}
 	q.diskErr = err
+	q.lastErr, q.lastErrAt = err, time.Now()
+}
+
+// WriteHealth is the queue's disk writer: failing is the error of the last
+// write while the disk refuses them (nil once a write succeeds), last the
+// last write error since Open and at when it happened (zero: none).
+func (q *Queue) WriteHealth() (at time.Time, failing, last error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.lastErrAt, q.diskErr, q.lastErr
 }
 
 // Mode is "disk", "memory" (no directory) or "memory (disk: <error>)"

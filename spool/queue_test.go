@@ -108,7 +108,7 @@ func runQ(t testing.TB, q *Queue) (stop func()) {
 	stop = func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
+			if err := testenv.Recv(t, done, 10*time.Second, "the queue's Run to return after cancel"); err != nil {
 				t.Error(err)
 			}
 		})
@@ -442,6 +442,9 @@ func TestQueueDiskFailsKeepsToMemory(t *testing.T) {
 	if ok, why := q.QueueHealth(); ok || !strings.Contains(why, "not storing") {
 		t.Fatalf("health %v %q", ok, why)
 	}
+	if at, failing, last := q.WriteHealth(); failing == nil || last != failing || at.IsZero() {
+		t.Fatalf("write health while failing: %v %v at %v", failing, last, at)
+	}
 	// Past the bound in memory: the oldest go, counted.
 	const n = 4000 // about 77 bytes each in memory: 300 KiB
 	appendN(q, 15, n)
@@ -459,6 +462,9 @@ func TestQueueDiskFailsKeepsToMemory(t *testing.T) {
 	waitFor(t, "back on disk", func() bool { st := q.Stats(); return st.Mode == "disk" && st.Unwritten == 0 })
 	if ok, _ := q.QueueHealth(); !ok {
 		t.Fatal("health still bad on disk")
+	}
+	if at, failing, last := q.WriteHealth(); failing != nil || last == nil || at.IsZero() {
+		t.Fatalf("write health back on disk: %v, last %v at %v (kept)", failing, last, at)
 	}
 	checkDrops(t, q, 1, 14+n)
 	if r := q.Stats().DroppedRanges; len(r) != 1 || r[0].First != 1 {
@@ -516,7 +522,7 @@ func TestQueueRingConsumer(t *testing.T) {
 					t.Fatalf("stuck after %d of %d samples", len(got), total)
 				}
 			}
-			wg.Wait()
+			testenv.Wait(t, 20*time.Second, "the producers' appends", wg.Wait)
 			checkSeqs(t, got, first, first+uint64(total)-1)
 			q.Ack(after)
 			if st := q.Stats(); st.Samples != 0 || st.Dropped != 0 {

@@ -188,9 +188,10 @@ type Info struct {
 
 // TagInfo describes one tag for display (the page's table, /api/devices).
 type TagInfo struct {
-	Name     string `json:"name"`
-	Unit     string `json:"unit,omitempty"`
-	Writable bool   `json:"writable,omitempty"`
+	Name     string  `json:"name"`
+	Unit     string  `json:"unit,omitempty"`
+	Writable bool    `json:"writable,omitempty"`
+	Deadband float64 `json:"deadband,omitempty"` // the page's sparkline spans at least this
 }
 
 // Entry is one device's identity and live record, as edge publishes them.

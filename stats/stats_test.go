@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
+
 	"go.uber.org/goleak"
 )
 
@@ -52,7 +54,7 @@ func TestHistogramConcurrent(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.Wait(t, time.Minute, "4 goroutines × 1000 observations", wg.Wait)
 	s := h.Snapshot()
 	var sum uint64
 	for _, c := range s.Counts {

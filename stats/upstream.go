@@ -5,7 +5,7 @@ import "sync/atomic"
 // Upstream paths, as shown on the page and in /metrics.
 const (
 	PathOff          = "off"          // no upstream configured
-	PathWebSocket    = "websocket"    // batches go over the WebSocket uplink
+	PathWebSocket    = "websocket"    // batches go over the WebSocket uplink, and its receiver acknowledges them
 	PathMQTT         = "mqtt"         // WebSocket down longer than fallback_after; batches go to MQTT
 	PathBuffering    = "buffering"    // no path up: samples wait in the durable queue
 	PathUnauthorized = "unauthorized" // the receiver refused our token (401/403); not retrying
@@ -24,6 +24,10 @@ type Upstream struct {
 	Reconnects    atomic.Uint64 // WebSocket and MQTT reconnects
 	SentWS        atomic.Uint64 // samples acknowledged over WebSocket
 	SentMQTT      atomic.Uint64 // samples acknowledged over MQTT (PUBACK)
+	// WSSessionsFailed counts WebSocket sessions that ended without a batch
+	// acknowledged: the receiver answered the handshake but stored nothing
+	// (no ack within the ack timeout, a bad frame, a close after a batch).
+	WSSessionsFailed atomic.Uint64
 }
 
 // UpstreamSnapshot is a plain copy of Upstream.
@@ -33,7 +37,7 @@ type UpstreamSnapshot struct {
 	QueueMode                               string
 	QueueSamples, QueueBytes, OldestUnackUS int64
 	Dropped, Reconnects, SentWS, SentMQTT   uint64
-	QueueCorrupt                            uint64
+	QueueCorrupt, WSSessionsFailed          uint64
 }
 
 // Snapshot copies the record.
@@ -46,6 +50,6 @@ func (u *Upstream) Snapshot() UpstreamSnapshot {
 	return UpstreamSnapshot{
 		Path: p, PathSinceUS: u.PathSinceUS.Load(), QueueMode: m, QueueCorrupt: u.QueueCorrupt.Load(), QueueSamples: u.QueueSamples.Load(), QueueBytes: u.QueueBytes.Load(),
 		OldestUnackUS: u.OldestUnackUS.Load(), Dropped: u.Dropped.Load(), Reconnects: u.Reconnects.Load(),
-		SentWS: u.SentWS.Load(), SentMQTT: u.SentMQTT.Load(),
+		SentWS: u.SentWS.Load(), SentMQTT: u.SentMQTT.Load(), WSSessionsFailed: u.WSSessionsFailed.Load(),
 	}
 }

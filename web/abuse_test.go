@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
+
 	"github.com/gorilla/websocket"
 )
 
@@ -83,7 +85,7 @@ func TestSlowlorisConnections(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.Wait(t, 30*time.Second, "the slow connections' reads (15 s deadline each)", wg.Wait)
 	if open > 0 {
 		t.Fatalf("%d of %d slow connections still open after 15s", open, n)
 	}
@@ -287,6 +289,7 @@ func TestWrongPasswordFlood(t *testing.T) {
 	var mu sync.Mutex
 	codes := map[int]int{}
 	var first429 time.Duration
+	before429 := 0 // flood answers other than 429 received before the first 429
 	start := time.Now()
 	var wg sync.WaitGroup
 	flood := clientFrom("127.0.0.3")
@@ -298,6 +301,9 @@ func TestWrongPasswordFlood(t *testing.T) {
 				code, hdr := status(t, flood, ts.base+"/api/status", withBasic("op", fmt.Sprintf("guess-%d-%d", w, i)))
 				mu.Lock()
 				codes[code]++
+				if code != 429 && first429 == 0 {
+					before429++
+				}
 				if code == 429 && first429 == 0 {
 					first429 = time.Since(start)
 					if hdr.Get("Retry-After") == "" {
@@ -318,12 +324,16 @@ func TestWrongPasswordFlood(t *testing.T) {
 			t.Errorf("user during the flood: %d", code)
 		}
 	}
-	wg.Wait()
+	testenv.Wait(t, time.Minute, "the flood's workers", wg.Wait)
 	elapsed := time.Since(start)
 	st := ts.Stats()
 	t.Logf("%v: codes %v, first 429 after %v, %d hashes, user served %d times", elapsed.Round(time.Millisecond), codes, first429, st.PasswordHashes, userOK)
-	if codes[429] == 0 || first429 > time.Second {
-		t.Errorf("429s: %d, first after %v", codes[429], first429)
+	// 429s come at once: before the first, no more answers than the burst
+	// and what the bucket refilled until then allow (first429 is stamped
+	// when the client reads it, after the server decided: the bound only
+	// grows when the machine is slow).
+	if max := 3 + int(first429.Seconds()) + 1; codes[429] == 0 || before429 > max {
+		t.Errorf("429s: %d, first after %v and %d other answers (want at most %d)", codes[429], first429, before429, max)
 	}
 	// 1 for the user; the flood: burst 3 + 1/s (+1 for rounding).
 	if max := uint64(1 + 3 + int(elapsed.Seconds()) + 1); st.PasswordHashes > max {
@@ -359,7 +369,7 @@ func TestHashBudgetAcrossAddresses(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.Wait(t, time.Minute, "the guessing addresses", wg.Wait)
 	elapsed := time.Since(start)
 	st := ts.Stats()
 	t.Logf("%d addresses × 3 guesses in %v: %d hashes, %d refused (hash %d)", addrs, elapsed.Round(time.Millisecond), st.PasswordHashes, refused.Load(), st.HashRefused)

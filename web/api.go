@@ -20,30 +20,53 @@ import (
 //	     "loss_rate":0.001,"valid_rate":0.998,"requests":3600,"responses":3596,"timeouts":4,"exceptions":0,
 //	     "errors":0,"reconnects":0,"late":1,"duplicates":0,"dropped":0,"polls":3600,"good_polls":3593,
 //	     "overruns":0,"demotions":0,"demoted":false,"last_good_us":1764450000123456,
-//	     "tags":[{"name":"temperature","unit":"°C"},{"name":"setpoint","writable":true}]}]}
+//	     "tags":[{"name":"temperature","unit":"°C","deadband":0.1},{"name":"setpoint","writable":true}]}]}
 //	    state: "down" while the transport cannot be opened (retried with backoff) or when polled
 //	    without a good poll for 3 intervals (or ever), demoted or not; else "demoted" while
-//	    polled at a reduced rate; else "ok". reason (left out when none): why it is down or why
-//	    its last poll failed, e.g. "…: open /dev/ttyUSB0: no such file or directory". Sorted by name.
+//	    polled at a reduced rate; else "pending" before its first poll has ended; else "ok".
+//	    reason (left out when none): why it is down or why its last poll failed, e.g.
+//	    "…: open /dev/ttyUSB0: no such file or directory", or, while a TCP dial backs off, the
+//	    failure that started the backoff: "…: dial tcp …: connection refused (next try in 9.7 s)".
+//	    Sorted by name.
 //
 //	GET /api/status
 //	200 {"gateway":"gw-01","version":"1.2.0","seq":1042,"epoch":"9f3c04e1a2b3c4d5","uptime_s":3600,
 //	     "upstream":{"path":"websocket","queue_samples":12,"queue_bytes":1340,"oldest_unack_us":1764450000000000,
 //	                 "oldest_unack_age_s":0.8,"dropped":0,"reconnects":1,"sent_ws":35000,"sent_mqtt":120},
-//	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":0,"rejected":0},
-//	     "ring":{"size":5760,"resume_window_s":60},"writes":false}
+//	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":1,
+//	                "ws_dropped_by":{"queue_full":0,"write_timeout":1,"no_pong":0,"queue_budget":0},
+//	                "ws_queued_bytes":16384,"ws_queue_budget_bytes":8388608,"rejected":0},
+//	     "refused":{"rate_limited":{"poll":0,…},"connections_per_client":0,"forbidden":0,…},
+//	     "ring":{"size":5760,"resume_window_s":60},"writes":false,
+//	     "storage":{"data_dir":"/var/lib/edgegw","state":"ok","free_bytes":1048576,"writers":{…}}}
+//	    refused: every request turned away since start, by cause (ratelimit.go, refusedJSON).
 //	    upstream.path: off | websocket | mqtt | buffering | unauthorized ("off" when none configured).
 //	    queue (with an upstream): {"mode":"disk","corrupt":0}; mode "memory" without data_dir, and
 //	    "memory (disk: no space left on device)" while the disk refuses writes (samples then wait in
 //	    RAM, bounded by max_bytes); corrupt: queue records skipped because their checksum failed.
+//	    clients.ws_dropped: WebSocket clients dropped as too slow, by reason in ws_dropped_by;
+//	    ws_queued_bytes: bytes in messages encoded for one client alone (snapshots, resume
+//	    chunks) not yet written, all clients; beyond ws_queue_budget_bytes a client is closed (1013).
+//	    storage (left out without Storage): data_dir, its state (ok | memory | failing | full | why
+//	    it is not usable), free_bytes (statfs, -1 unknown) and each writer's state, error and last
+//	    error with its time (storage.go).
 //
 //	GET /healthz
-//	200 {"status":"ok","seq":1042,"uptime_s":3600,"gateway":"gw-01","version":"1.2.0"}
+//	200 {"status":"ok","seq":1042,"uptime_s":3600,"gateway":"gw-01","version":"1.2.0","hold_s":10}
 //	200 {"status":"ok",…,"down":["rtu-9"]}                      some devices down, others polled well
+//	200 {"status":"ok",…,"pending":["storage: history cannot write to /var/lib/edgegw: …"]}   failing, not held yet
 //	503 {"status":"unhealthy","reasons":["no device had a good poll in 3 intervals (48 devices)"],…}
-//	    reasons: the storage (Storage.QueueHealth) is not storing; no device had a good poll
-//	    within 3 of its intervals (none polled yet counts as starting); no upstream path for
-//	    longer than HealthzUpstreamMaxDown. "down" lists the devices in state down or demoted.
+//	503 {"status":"unhealthy","reasons":[…],"recovering":true,…} the checks pass, not for hold_s yet
+//	    reasons (checks): a writer of data_dir cannot write (its last write failed: the queue,
+//	    the sequence mark, the history, the Sparkplug queue or state), upstream or not; no
+//	    device had a good poll within 3 of its intervals (none polled yet counts as starting);
+//	    no upstream path for longer than HealthzUpstreamMaxDown. "down" lists the devices in
+//	    state down or demoted (at once, whatever the hold).
+//	    hold_s (HealthzHold, default 10 s): the status changes only after its checks held that
+//	    long. It turns 503 at a failing check once the fault has lasted hold_s, passes shorter
+//	    than hold_s not ending it (a disk failing every few seconds is unhealthy), and back to
+//	    200 once every check has passed for hold_s. Checks are made at each request; reasons
+//	    are those of the last failing check.
 
 type quantilesJSON struct {
 	P50 float64 `json:"p50"`
@@ -104,6 +127,16 @@ func deviceState(info stats.Info, s stats.Snapshot, now time.Time) string {
 	return "ok"
 }
 
+// apiState is deviceState as /api/devices says it: "pending" for an ok
+// device not polled yet (health and /metrics count it as starting, ok).
+func apiState(info stats.Info, s stats.Snapshot, now time.Time) string {
+	st := deviceState(info, s, now)
+	if st == "ok" && s.Polls == 0 {
+		return "pending"
+	}
+	return st
+}
+
 // deviceSnap is one device's identity and a copy of its record.
 type deviceSnap struct {
 	info stats.Info
@@ -144,7 +177,7 @@ func (s *Server) handleDevices(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Devices = append(out.Devices, deviceJSON{
 			Name: d.info.Name, Transport: d.info.Transport, Address: d.info.Address, Unit: d.info.Unit,
-			IntervalMS: d.info.Interval.Milliseconds(), State: deviceState(d.info, st, now), Reason: st.Reason,
+			IntervalMS: d.info.Interval.Milliseconds(), State: apiState(d.info, st, now), Reason: st.Reason,
 			RTTms:    quantilesJSON{P50: ms(st.RTT.Quantile(0.5)), P95: ms(st.RTT.Quantile(0.95)), P99: ms(st.RTT.Quantile(0.99))},
 			Cyclems:  quantilesJSON{P50: ms(st.Cycle.Quantile(0.5)), P99: ms(st.Cycle.Quantile(0.99))},
 			LossRate: st.LossRate(), ValidRate: st.ValidRate(),
@@ -196,15 +229,22 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	snap := s.cfg.Ring.Snapshot()
 	st := s.Stats()
 	type clients struct {
-		Short     int64  `json:"short_polling"`
-		Long      int64  `json:"long_polling"`
-		WS        int64  `json:"websocket"`
-		WSDropped uint64 `json:"ws_dropped"`
-		Rejected  uint64 `json:"rejected"`
+		Short     int64   `json:"short_polling"`
+		Long      int64   `json:"long_polling"`
+		WS        int64   `json:"websocket"`
+		WSDropped uint64  `json:"ws_dropped"`
+		WSDropBy  WSDrops `json:"ws_dropped_by"`
+		WSQueued  int64   `json:"ws_queued_bytes"`
+		WSBudget  int64   `json:"ws_queue_budget_bytes"`
+		Rejected  uint64  `json:"rejected"`
 	}
 	type queue struct {
 		Mode    string `json:"mode"`
 		Corrupt uint64 `json:"corrupt"`
+	}
+	var storage *storageJSON
+	if s.cfg.Storage != nil {
+		storage = storageOf(s.cfg.Storage.StorageState())
 	}
 	var qj *queue
 	if s.cfg.Upstream != nil {
@@ -220,18 +260,22 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Upstream upstreamJSON `json:"upstream"`
 		Queue    *queue       `json:"queue,omitempty"`
 		Clients  clients      `json:"clients"`
+		Refused  refusedJSON  `json:"refused"` // ratelimit.go
 		Ring     ringJSON     `json:"ring"`
 		Writes   bool         `json:"writes"` // POST /api/write is on (a write token is set)
+		Storage  *storageJSON `json:"storage,omitempty"`
 	}{
+		Storage: storage,
 		Queue:   qj,
 		Gateway: s.cfg.GatewayID, Version: s.cfg.Version, Seq: snap.Seq, Epoch: ringstore.FormatEpoch(snap.Epoch),
 		UptimeS: int64(now.Sub(s.started).Seconds()), Upstream: s.upstream(now),
 		Clients: clients{
 			Short: st.ShortPolling.Active, Long: st.LongPolling.Active, WS: st.WebSocket.Active,
-			WSDropped: st.WSDropped, Rejected: st.ShortPolling.Rejected + st.LongPolling.Rejected + st.WebSocket.Rejected,
+			WSDropped: st.WSDropped, WSDropBy: st.WSDroppedBy, WSQueued: st.WSQueuedBytes, WSBudget: st.WSQueueBudget, Rejected: st.ShortPolling.Rejected + st.LongPolling.Rejected + st.WebSocket.Rejected,
 		},
-		Ring:   ringJSON{Size: s.cfg.RingInfo.Size, ResumeWindowS: math.Round(s.cfg.RingInfo.Window.Seconds()*10) / 10},
-		Writes: s.cfg.WriteToken != "" && s.cfg.Writer != nil,
+		Refused: refused(st),
+		Ring:    ringJSON{Size: s.cfg.RingInfo.Size, ResumeWindowS: math.Round(s.cfg.RingInfo.Window.Seconds()*10) / 10},
+		Writes:  s.cfg.WriteToken != "" && s.cfg.Writer != nil,
 	})
 }
 
@@ -239,9 +283,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 // (none: healthy) and the devices that are down.
 func (s *Server) health(now time.Time) (reasons, down []string) {
 	if s.cfg.Storage != nil {
-		if ok, why := s.cfg.Storage.QueueHealth(); !ok {
-			reasons = append(reasons, "not storing samples: "+why)
-		}
+		reasons = append(reasons, storageReasons(s.cfg.Storage.StorageState())...)
 	}
 	devs := s.devices()
 	good := 0
@@ -269,18 +311,23 @@ func (s *Server) health(now time.Time) (reasons, down []string) {
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	reasons, down := s.health(now)
+	raw, down := s.health(now)
+	unhealthy, reasons, pending, recovering := s.healthz.check(now, raw)
 	body := struct {
-		Status  string   `json:"status"`
-		Reasons []string `json:"reasons,omitempty"`
-		Down    []string `json:"down,omitempty"`
-		Seq     uint64   `json:"seq"`
-		UptimeS int64    `json:"uptime_s"`
-		Gateway string   `json:"gateway,omitempty"`
-		Version string   `json:"version,omitempty"`
-	}{"ok", reasons, down, s.cfg.Ring.Snapshot().Seq, int64(now.Sub(s.started).Seconds()), s.cfg.GatewayID, s.cfg.Version}
+		Status     string   `json:"status"`
+		Reasons    []string `json:"reasons,omitempty"`
+		Recovering bool     `json:"recovering,omitempty"`
+		Pending    []string `json:"pending,omitempty"`
+		Down       []string `json:"down,omitempty"`
+		Seq        uint64   `json:"seq"`
+		UptimeS    int64    `json:"uptime_s"`
+		Gateway    string   `json:"gateway,omitempty"`
+		Version    string   `json:"version,omitempty"`
+		HoldS      float64  `json:"hold_s"`
+	}{"ok", reasons, recovering, pending, down, s.cfg.Ring.Snapshot().Seq, int64(now.Sub(s.started).Seconds()),
+		s.cfg.GatewayID, s.cfg.Version, s.healthz.hold.Seconds()}
 	code := http.StatusOK
-	if len(reasons) > 0 {
+	if unhealthy {
 		body.Status, code = "unhealthy", http.StatusServiceUnavailable
 	}
 	b, err := json.Marshal(body)

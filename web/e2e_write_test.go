@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ func run(t *testing.T, name string, f func(context.Context) error) {
 	go func() { done <- f(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Recv(t, done, 20*time.Second, name+" to return after cancel"); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	})
@@ -160,8 +161,13 @@ func TestWriteEndToEnd(t *testing.T) {
 	}
 
 	// Concurrent HTTP writes to two units of one RTU line while both are polled.
+	// A write may time out when the machine is slow (the unit's reply then
+	// comes late, and is drained and counted Late); a collision on the line
+	// shows otherwise: a wrong read-back, frame errors, exceptions, bytes the
+	// slave could not frame, or a timeout with no late reply.
 	const writers, each = 4, 10
 	var wg sync.WaitGroup
+	var timedOut atomic.Int64
 	for w := range writers {
 		wg.Add(1)
 		go func() {
@@ -169,25 +175,34 @@ func TestWriteEndToEnd(t *testing.T) {
 			for i := range each {
 				v := 5 + float64(w*each+i)/10
 				body := fmt.Sprintf(`{"device":"rtu%d","tag":"setpoint","value":%v}`, 1+(w+i)%2, v)
-				if code, m := post(token, body); code != 200 || m["read_back"] != v {
+				code, m := post(token, body)
+				if e, _ := m["error"].(string); code == 502 && m["kind"] == "device" && strings.Contains(e, ": timeout after ") {
+					timedOut.Add(1)
+					continue
+				}
+				if code != 200 || m["read_back"] != v {
 					t.Errorf("%s: %d %v", body, code, m)
 				}
 			}
 		}()
 	}
-	wg.Wait()
+	testenv.Wait(t, 2*time.Minute, "the writers' posts", wg.Wait)
 	for _, e := range sched.Devices() {
 		sn := e.Stats.Snapshot()
-		// collisions show as timeouts, frame errors or exceptions; overruns
-		// of a busy machine are scheduling and only reported
-		if sn.Timeouts != 0 || sn.Errors != 0 || sn.Exceptions != 0 || sn.Polls == 0 {
-			t.Errorf("%s: polls %d good %d timeouts %d errors %d exceptions %d overruns %d cycle p99 %.0f µs", e.Info.Name, sn.Polls, sn.GoodPolls, sn.Timeouts, sn.Errors, sn.Exceptions, sn.Overruns, sn.Cycle.Quantile(0.99))
+		// collisions show as frame errors, exceptions or timeouts whose
+		// reply never came; overruns and timeouts with the reply late (one
+		// of them maybe not drained yet) are a busy machine's, only reported
+		if sn.Timeouts > sn.Late+1 || sn.Errors != 0 || sn.Exceptions != 0 || sn.Polls == 0 {
+			t.Errorf("%s: polls %d good %d timeouts %d (late replies %d) errors %d exceptions %d overruns %d cycle p99 %.0f µs", e.Info.Name, sn.Polls, sn.GoodPolls, sn.Timeouts, sn.Late, sn.Errors, sn.Exceptions, sn.Overruns, sn.Cycle.Quantile(0.99))
+		} else {
+			t.Logf("%s: polls %d good %d timeouts %d (late replies %d) overruns %d", e.Info.Name, sn.Polls, sn.GoodPolls, sn.Timeouts, sn.Late, sn.Overruns)
 		}
 	}
 	if bc := bus.Counters(); bc.BadCRC != 0 || bc.Garbage != 0 {
 		t.Errorf("rtu line: %+v", bc)
 	}
-	if st := srv.Stats(); st.WritesOK != 2+writers*each || st.AuthFailures != 2 {
-		t.Errorf("web stats: %+v", st)
+	// 6 refused with a valid token are failed writes too.
+	if st, to := srv.Stats(), uint64(timedOut.Load()); st.WritesOK != 2+writers*each-to || st.WritesFailed != 6+to || st.AuthFailures != 2 {
+		t.Errorf("web stats (%d writes timed out): %+v", to, st)
 	}
 }

@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -11,21 +12,27 @@ import (
 )
 
 type fakeStorage struct {
-	mu  sync.Mutex
-	ok  bool
-	why string
+	mu sync.Mutex
+	st StorageState
 }
 
-func (f *fakeStorage) QueueHealth() (bool, string) {
+func (f *fakeStorage) StorageState() StorageState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.ok, f.why
+	return f.st
 }
 
+// set makes the history writer fail with why ("" = writing again).
 func (f *fakeStorage) set(ok bool, why string) {
 	f.mu.Lock()
-	f.ok, f.why = ok, why
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	f.st = StorageState{DataDir: "/data", State: "ok", FreeBytes: 1 << 20,
+		Writers: []WriterState{{Name: "sequence"}, {Name: "history"}}}
+	if !ok {
+		f.st.State, f.st.FreeBytes = "failing", 0
+		f.st.Writers[1].Failing = errors.New(why)
+		f.st.Writers[1].LastError, f.st.Writers[1].LastErrorAt = f.st.Writers[1].Failing, time.UnixMicro(1764450000123456)
+	}
 }
 
 var _ Storage = (*fakeStorage)(nil)
@@ -66,7 +73,8 @@ func device(name string, interval, ago time.Duration, polled bool) stats.Entry {
 // /healthz: 200 while something is polled well, stored and sent; 503 with
 // every reason that holds, and the devices that are down either way.
 func TestHealthz(t *testing.T) {
-	storage := &fakeStorage{ok: true}
+	storage := new(fakeStorage)
+	storage.set(true, "")
 	up := new(stats.Upstream)
 	up.Path.Store(stats.PathWebSocket)
 	up.PathSinceUS.Store(time.Now().Add(-time.Hour).UnixMicro())
@@ -76,18 +84,40 @@ func TestHealthz(t *testing.T) {
 		device("never", time.Second, -1, true),
 		device("starting", time.Second, -1, false),
 	}
-	ts := startServer(t, Config{Devices: devs, Storage: storage, Upstream: up, HealthzUpstreamMaxDown: 10 * time.Minute})
+	ts := startServer(t, Config{Devices: devs, Storage: storage, Upstream: up, HealthzUpstreamMaxDown: 10 * time.Minute,
+		HealthzHold: -1}) // each check answered as it is (the hold: TestHealthzHold)
 	code, h := ts.health(t)
 	if code != 200 || strings.Join(h.Down, ",") != "dead,never" {
 		t.Fatalf("one good device: %d %+v", code, h)
 	}
 
-	storage.set(false, "disk full: queue in memory")
+	storage.set(false, "write h-1.hist: no space left on device")
 	code, h = ts.health(t)
-	if code != 503 || len(h.Reasons) != 1 || !strings.Contains(h.Reasons[0], "not storing samples: disk full") {
+	if code != 503 || len(h.Reasons) != 1 || h.Reasons[0] != "storage: history cannot write to /data: write h-1.hist: no space left on device" {
 		t.Fatalf("storage: %d %+v", code, h)
 	}
+	var st struct {
+		Storage struct {
+			DataDir   string `json:"data_dir"`
+			State     string `json:"state"`
+			FreeBytes int64  `json:"free_bytes"`
+			Writers   map[string]struct {
+				State       string `json:"state"`
+				Error       string `json:"error"`
+				LastError   string `json:"last_error"`
+				LastErrorUS int64  `json:"last_error_us"`
+			} `json:"writers"`
+		} `json:"storage"`
+	}
+	if _, _, body := ts.get(t, "/api/status"); json.Unmarshal(body, &st) != nil || st.Storage.DataDir != "/data" || st.Storage.State != "failing" ||
+		st.Storage.Writers["history"].State != "failing" || st.Storage.Writers["history"].LastErrorUS != 1764450000123456 ||
+		!strings.Contains(st.Storage.Writers["history"].Error, "no space") || st.Storage.Writers["sequence"].State != "ok" {
+		t.Fatalf("status storage: %s", body)
+	}
 	storage.set(true, "")
+	if code, h := ts.health(t); code != 200 {
+		t.Fatalf("storage writing again: %d %+v", code, h)
+	}
 
 	// Buffering for 5 minutes: within the limit; for 11: beyond it.
 	up.Path.Store(stats.PathBuffering)
@@ -116,9 +146,53 @@ func TestHealthz(t *testing.T) {
 	}
 
 	// Limit 0: the upstream is not checked.
-	ts0 := startServer(t, Config{Upstream: up})
+	ts0 := startServer(t, Config{Upstream: up, HealthzHold: -1})
 	up.Path.Store(stats.PathBuffering)
 	if code, h := ts0.health(t); code != 200 {
 		t.Fatalf("max down 0: %d %+v", code, h)
+	}
+}
+
+// The hold: a fault turns /healthz 503 once it has lasted the hold, passes
+// shorter than the hold do not end it, and it turns 200 once the checks
+// have passed for the hold. A blip shorter than the hold never shows.
+func TestHealthzHold(t *testing.T) {
+	h := &healthHold{hold: 10 * time.Second}
+	t0 := time.Unix(1e9, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	bad := []string{"storage: queue cannot write to /d: no space left on device"}
+	for _, c := range []struct {
+		at                    float64
+		raw                   []string
+		unhealthy, recovering bool
+		pending               bool
+	}{
+		{0, nil, false, false, false},
+		{1, bad, false, false, true}, // a blip
+		{2, nil, false, false, false},
+		{20, nil, false, false, false}, // passed 18 s: the fault ended unseen
+		{30, bad, false, false, true},  // a flapping disk: fails 2 s, passes 1 s
+		{32, nil, false, false, false},
+		{33, bad, false, false, true},
+		{35, nil, false, false, false},
+		{36, bad, false, false, true},
+		{38, nil, false, false, false},
+		{39, bad, false, false, true},
+		{40, bad, true, false, false}, // 10 s since the fault began: 503
+		{41, nil, true, true, false},  // passing, not for 10 s yet
+		{45, bad, true, false, false},
+		{50, nil, true, true, false},
+		{54.9, nil, true, true, false},
+		{55, nil, false, false, false}, // passed for 10 s: 200
+		{56, bad, false, false, true},  // a new fault starts its own hold
+	} {
+		u, reasons, pending, rec := h.check(at(c.at), c.raw)
+		if u != c.unhealthy || rec != c.recovering || (len(pending) > 0) != c.pending || (len(reasons) > 0) != c.unhealthy {
+			t.Fatalf("at %v s (raw %v): unhealthy %v reasons %v pending %v recovering %v; want unhealthy %v pending %v recovering %v",
+				c.at, c.raw, u, reasons, pending, rec, c.unhealthy, c.pending, c.recovering)
+		}
+	}
+	if holdOf(0) != DefaultHealthzHold || holdOf(-1) != 0 || holdOf(time.Minute) != time.Minute {
+		t.Fatal("holdOf")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -42,6 +43,10 @@ type RingInfo struct {
 //	     "rtt_mean_ms":[…],"rtt_p99_ms":[…]}                (null: nothing scheduled / nothing answered)
 //	400 {"error":"…"}  unknown device or tag, from > to, bad numbers, too many points
 //	404                no history configured
+//
+//	GET /api/trends?from=US&to=US[&step=S]     every configured tag at once (the page's trends:
+//	                                           one request, not one a tag)
+//	200 {"from":…,"to":…,"series":[{"device":"D","tag":"T",…as above…},…]}   (device, then tag order)
 func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 	h := s.cfg.History
 	if h == nil {
@@ -54,19 +59,7 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "query parameter device is required")
 		return
 	}
-	now := time.Now().UnixMicro()
-	to, err := intParam(q.Get("to"), now, "to")
-	if err == nil && to < 0 {
-		err = errors.New("query parameter to: negative")
-	}
-	var from int64
-	if err == nil {
-		from, err = intParam(q.Get("from"), to-time.Hour.Microseconds(), "from")
-	}
-	var step time.Duration
-	if err == nil {
-		step, err = stepParam(q.Get("step"))
-	}
+	from, to, step, err := rangeParams(q)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -80,24 +73,83 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, what)
 		return
 	}
+	p, err := points(h, device, tag, from, to, step)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, appendPoints(nil, device, tag, unit, h.MaxPoints(), p))
+}
+
+// rangeParams reads from, to (Unix µs; default the last hour) and step.
+func rangeParams(q url.Values) (from, to int64, step time.Duration, err error) {
+	to, err = intParam(q.Get("to"), time.Now().UnixMicro(), "to")
+	if err == nil && to < 0 {
+		err = errors.New("query parameter to: negative")
+	}
+	if err == nil {
+		from, err = intParam(q.Get("from"), to-time.Hour.Microseconds(), "from")
+	}
+	if err == nil {
+		step, err = stepParam(q.Get("step"))
+	}
+	return from, to, step, err
+}
+
+// points queries a tag (or, with tag "", the device's health); a configured
+// one with nothing recorded yet has no points.
+func points(h History, device, tag string, from, to int64, step time.Duration) (*history.Points, error) {
 	var p *history.Points
+	var err error
 	if tag == "" {
 		p, err = h.Health(device, from, to, step)
 	} else {
 		p, err = h.Query(device, tag, from, to, step)
 	}
-	switch {
-	case errors.Is(err, history.ErrUnknown): // configured, nothing recorded yet
+	if errors.Is(err, history.ErrUnknown) {
 		kind := "raw"
 		if tag == "" {
 			kind = "health"
 		}
-		p, err = &history.Points{Kind: kind, From: from, To: to}, nil
-	case err != nil:
+		return &history.Points{Kind: kind, From: from, To: to}, nil
+	}
+	return p, err
+}
+
+// handleTrends answers every configured tag's history in one reply.
+func (s *Server) handleTrends(w http.ResponseWriter, r *http.Request) {
+	h := s.cfg.History
+	if h == nil {
+		writeError(w, http.StatusNotFound, "no history on this gateway")
+		return
+	}
+	from, to, step, err := rangeParams(r.URL.Query())
+	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, appendPoints(nil, device, tag, unit, h.MaxPoints(), p))
+	b := append([]byte(`{"from":`), strconv.FormatInt(from, 10)...)
+	b = append(append(b, `,"to":`...), strconv.FormatInt(to, 10)...)
+	b = append(b, `,"series":[`...)
+	n := 0
+	if s.cfg.Devices != nil {
+		for _, e := range s.cfg.Devices.Devices() {
+			for _, t := range e.Info.Tags {
+				p, err := points(h, e.Info.Name, t.Name, from, to, step)
+				if err != nil {
+					writeError(w, http.StatusBadRequest, "device "+strconv.Quote(e.Info.Name)+" tag "+strconv.Quote(t.Name)+": "+err.Error())
+					return
+				}
+				if n > 0 {
+					b = append(b, ',')
+				}
+				n++
+				b = appendPoints(b, e.Info.Name, t.Name, t.Unit, h.MaxPoints(), p)
+				b = b[:len(b)-1] // appendPoints ends the object with a newline
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, append(b, "]}\n"...))
 }
 
 // historyTag says whether device (and tag, if given) is configured, with

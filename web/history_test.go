@@ -166,3 +166,36 @@ func TestHistoryAPIOffAndAssets(t *testing.T) {
 		t.Errorf("status ring: %v %s", err, b)
 	}
 }
+
+// /api/trends: every configured tag in one reply, each as /api/history
+// answers it (a tag with nothing recorded has no points), in device order.
+func TestTrendsAPI(t *testing.T) {
+	ts, now := historyServer(t, 2000)
+	from := fmt.Sprint(now - (2 * time.Minute).Microseconds())
+	code, _, b := ts.get(t, "/api/trends?from="+from+"&to="+fmt.Sprint(now))
+	var r struct {
+		From, To int64
+		Series   []historyReply
+	}
+	if err := json.Unmarshal(b, &r); err != nil || code != 200 {
+		t.Fatalf("%d %s: %v", code, b, err)
+	}
+	var names []string
+	for _, s := range r.Series {
+		names = append(names, s.Device+"/"+s.Tag)
+	}
+	if want := "logger-02/t00 logger-02/t01 logger-01/t00 logger-01/t01 odd \"name\"\\\n/t00 odd \"name\"\\\n/t01"; strings.Join(names, " ") != want {
+		t.Fatalf("series %q", names)
+	}
+	s := r.Series[2]
+	if s.Kind != "raw" || len(s.TS) != 120 || len(s.Value) != 120 || s.Unit != "°C" || len(r.Series[0].TS) != 0 {
+		t.Errorf("logger-01/t00: %+v", s)
+	}
+	if code, _, b := ts.get(t, "/api/trends?from=x"); code != 400 || !strings.Contains(string(b), "from") {
+		t.Errorf("bad from: %d %s", code, b)
+	}
+	plain := startServer(t, Config{})
+	if code, _, _ := plain.get(t, "/api/trends"); code != 404 {
+		t.Errorf("no history: %d", code)
+	}
+}

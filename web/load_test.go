@@ -6,9 +6,10 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"edgegw/internal/testenv"
 
 	"github.com/gorilla/websocket"
 )
@@ -30,25 +31,8 @@ func stream(t *testing.T, ts *testServer, n int) uint64 {
 	return last
 }
 
-func needFiles(t *testing.T, n uint64) {
-	t.Helper()
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		t.Fatal(err)
-	}
-	if rl.Cur >= n {
-		return
-	}
-	if rl.Max < n {
-		t.Skipf("RLIMIT_NOFILE hard limit %d < %d needed", rl.Max, n)
-	}
-	old := rl
-	rl.Cur = n
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
-}
+// needFiles is testenv.NeedFiles.
+var needFiles = testenv.NeedFiles
 
 func TestThousandLongPollers(t *testing.T) {
 	if testing.Short() {
@@ -56,7 +40,10 @@ func TestThousandLongPollers(t *testing.T) {
 	}
 	needFiles(t, 3*loadClients)
 	ring := newRing(t, 1000) // 90 samples: no client may fall out of the ring
-	ts := startServer(t, Config{Ring: ring, LongPollTimeout: 10 * time.Second})
+	// The write timeout is the server's bound on a slow response (it closes
+	// the connection): far above what a loaded machine may take here, so
+	// that this test is about delivery.
+	ts := startServer(t, Config{Ring: ring, LongPollTimeout: 10 * time.Second, WriteTimeout: 3 * time.Minute, RateLimit: defaultLimits}) // loopback limited like any host: the default limits serve 1000 long pollers
 	const batches = 30
 	start := ring.Seq()
 	final := start + 3*batches
@@ -73,7 +60,7 @@ func TestThousandLongPollers(t *testing.T) {
 			defer wg.Done()
 			chk := seqChecker{next: start + 1}
 			last := start
-			deadline := time.Now().Add(60 * time.Second)
+			deadline := time.Now().Add(3 * time.Minute)
 			for last < final && time.Now().Before(deadline) && failed.Load() == 0 {
 				resp, err := ts.client.Get(ts.base + "/api/longPolling?lastSequence=" + itoa(last))
 				if err != nil {
@@ -112,13 +99,13 @@ func TestThousandLongPollers(t *testing.T) {
 	})
 	t0 := time.Now()
 	stream(t, ts, batches)
-	wg.Wait()
+	testenv.Wait(t, 4*time.Minute, "the long-pollers to receive the stream", wg.Wait)
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
-	t.Logf("%d long-pollers × %d samples: %d polls, all delivered %v after the stream started",
-		loadClients, 3*batches, polls.Load(), time.Since(t0).Round(time.Millisecond))
+	t.Logf("%d long-pollers × %d samples: %d polls, all delivered %v after the stream started; server %+v",
+		loadClients, 3*batches, polls.Load(), time.Since(t0).Round(time.Millisecond), ts.Stats())
 }
 
 func TestThousandWebSockets(t *testing.T) {
@@ -127,7 +114,11 @@ func TestThousandWebSockets(t *testing.T) {
 	}
 	needFiles(t, 3*loadClients)
 	ring := newRing(t, 1000)
-	ts := startServer(t, Config{Ring: ring})
+	// The queue (64 frames) holds the whole stream (30 batches); a write
+	// timeout and a ping deadline far above what a loaded machine may take:
+	// the drops of slow clients (TestSlowWebSocketClientDropped) cannot
+	// happen by design here, so any drop, gap or closure is a fault.
+	ts := startServer(t, Config{Ring: ring, WSWriteTimeout: time.Minute, WSPingInterval: time.Minute, RateLimit: defaultLimits}) // loopback limited like any host
 	const batches = 30
 	var (
 		ready, wg sync.WaitGroup
@@ -180,10 +171,10 @@ func TestThousandWebSockets(t *testing.T) {
 			}
 		}()
 	}
-	ready.Wait()
+	testenv.Wait(t, time.Minute, "the websocket readers to start", ready.Wait)
 	t0 := time.Now()
 	stream(t, ts, batches)
-	wg.Wait()
+	testenv.Wait(t, 3*time.Minute, "the websocket clients to receive the stream", wg.Wait)
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -192,6 +183,6 @@ func TestThousandWebSockets(t *testing.T) {
 	if st.WSDropped != 0 {
 		t.Errorf("%d clients dropped", st.WSDropped)
 	}
-	t.Logf("%d websocket clients × %d samples: %d frames sent, delivered %v after the stream started",
-		loadClients, 3*batches, st.WSFramesSent, time.Since(t0).Round(time.Millisecond))
+	t.Logf("%d websocket clients × %d samples: %d frames sent, delivered %v after the stream started; server %+v",
+		loadClients, 3*batches, st.WSFramesSent, time.Since(t0).Round(time.Millisecond), st)
 }

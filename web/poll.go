@@ -16,6 +16,7 @@ import (
 //
 //	400 {"error":"query parameter lastSequence: \"x\" is not a non-negative integer"}
 //	503 {"error":"too many longPolling clients"}                               with Retry-After: 1
+//	429 {"error":"too many poll requests from 192.0.2.7; retry in 1s"}         with Retry-After (ratelimit.go)
 //
 // A client passes the returned seq as the next lastSequence. epoch names the
 // numbering seq belongs to: when it changes, the gateway's numbering
@@ -83,9 +84,12 @@ func (s *Server) handleLong(w http.ResponseWriter, r *http.Request) {
 	defer s.release(mLong)
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	body, ok := s.longPoll(r.Context(), after, (*bp)[:0])
+	// A reply with the full snapshot costs what a short poll costs: a token
+	// of the client's poll bucket (a 429 otherwise, nothing encoded).
+	snapshotOK := func() bool { return s.admit(w, r, classPoll) }
+	body, ok := s.longPollAdmit(r.Context(), after, (*bp)[:0], snapshotOK)
 	if !ok {
-		return // the client went away
+		return // the client went away, or was refused the snapshot
 	}
 	*bp = body
 	writeJSON(w, http.StatusOK, body)
@@ -96,6 +100,12 @@ func (s *Server) handleLong(w http.ResponseWriter, r *http.Request) {
 // sample newer than after, LongPollTimeout passes or the server shuts down.
 // ok is false when ctx ended first (nothing to write).
 func (s *Server) longPoll(ctx context.Context, after uint64, dst []byte) (_ []byte, ok bool) {
+	return s.longPollAdmit(ctx, after, dst, nil)
+}
+
+// longPollAdmit is longPoll that, before answering with the snapshot (a
+// reset), asks snapshotOK (nil: always); false ends it with ok false.
+func (s *Server) longPollAdmit(ctx context.Context, after uint64, dst []byte, snapshotOK func() bool) (_ []byte, ok bool) {
 	var (
 		timeout <-chan time.Time
 		final   bool // timed out or shutting down: answer with whatever is there now
@@ -106,6 +116,9 @@ func (s *Server) longPoll(ctx context.Context, after uint64, dst []byte) (_ []by
 		switch {
 		case res.Reset:
 			samplesPool.Put(sp)
+			if snapshotOK != nil && !snapshotOK() {
+				return dst, false
+			}
 			snap := s.cfg.Ring.Snapshot()
 			return append(wire.AppendLongPoll(dst, snap.Seq, snap.Epoch, true, snap.Latest), '\n'), true
 		case len(res.Samples) > 0 || final:

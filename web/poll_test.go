@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/ringstore"
 
 	"github.com/gorilla/websocket"
@@ -196,7 +197,7 @@ func TestLongPollingClientGoneEndsWait(t *testing.T) {
 	}()
 	waitFor(t, 5*time.Second, "the long poll to wait", func() bool { return ts.Stats().LongPolling.Active == 1 })
 	cancel()
-	if err := <-errc; err == nil {
+	if err := testenv.Recv(t, errc, 10*time.Second, "the cancelled long poll's request to return"); err == nil {
 		t.Fatal("request succeeded after cancel")
 	}
 	waitFor(t, 5*time.Second, "the server to end the wait", func() bool { return ts.Stats().LongPolling.Active == 0 })
@@ -225,7 +226,7 @@ func TestShutdownReturnsLongPolls(t *testing.T) {
 	t0 := time.Now()
 	ts.stop()
 	for range n {
-		r := <-got
+		r := testenv.Recv(t, got, 10*time.Second, "a long poll's reply at shutdown")
 		if r.Error != "" || len(r.Samples) != 0 || r.Seq != seq {
 			t.Errorf("long poll at shutdown: %+v", r)
 		}
@@ -270,8 +271,9 @@ func TestMaxClients(t *testing.T) {
 		t.Fatalf("rejections: %+v", st)
 	}
 	cancel()
-	<-done
-	<-done
+	for range 2 {
+		testenv.Recv(t, done, 10*time.Second, "a cancelled long poll to return")
+	}
 }
 
 func TestRequestTooLarge(t *testing.T) {

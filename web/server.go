@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ import (
 // Ring is what web reads from the ring store.
 type Ring interface {
 	Since(after uint64, dst []ringstore.Sample) ringstore.Result
+	SinceN(after uint64, n int, dst []ringstore.Sample) ringstore.Result // at most n samples
 	Snapshot() *ringstore.Snapshot
 }
 
@@ -35,12 +37,6 @@ var _ Ring = (*ringstore.Ring)(nil)
 // Devices lists the polled devices with their live records (edge's scheduler).
 type Devices interface {
 	Devices() []stats.Entry
-}
-
-// Storage says whether samples are being stored (the durable queue: disk
-// full, degraded to memory, …). /healthz is 503 with the reason while not.
-type Storage interface {
-	QueueHealth() (ok bool, reason string)
 }
 
 // Defaults for the zero values of Config.
@@ -53,6 +49,9 @@ const (
 	DefaultWSWriteTimeout  = 5 * time.Second
 	DefaultWSPingInterval  = 20 * time.Second
 	DefaultWSReadLimit     = 4 << 10
+	DefaultWSChunk         = 128
+	DefaultWSQueueBudget   = 8 << 20
+	DefaultWSSendBuffer    = 64 << 10
 )
 
 // Config is the server's configuration; its zero value means "defaults".
@@ -74,7 +73,7 @@ type Config struct {
 
 	AllowedOrigins []string // WebSocket upgrade and CORS allow-list ("http://host:port", "*"); empty = same origin only
 
-	// Access control (security.go). Secrets come from files or the
+	// Access control (auth.go, ratelimit.go, clientip.go). Secrets come from files or the
 	// environment (main reads them) and are never logged.
 	WriteToken     string     // bearer token for POST /api/write; "" = writes off (403)
 	Writer         Writer     // nil = writes off (403)
@@ -83,13 +82,34 @@ type Config struct {
 	BasicAuthHash  string     // HashPassword's output
 	ProtectMetrics bool       // /metrics needs read credentials too (/healthz stays open)
 	RateLimit      RateLimits // per client IP and route class; zero value = defaults, loopback limited too
-	TLSCertFile    string     // HTTPS when both are set (PEM files)
-	TLSKeyFile     string
+	// TrustedProxies: peers whose X-Forwarded-For names the client (clientip.go);
+	// empty = the peer is the client. AllowedNetworks: clients outside get
+	// 403 (counted); empty = every client.
+	TrustedProxies  []netip.Prefix
+	AllowedNetworks []netip.Prefix
+	TLSCertFile     string // HTTPS when both are set (PEM files)
+	TLSKeyFile      string
 
 	WSQueue        int           // 64 frames per client; a full queue drops the client
 	WSWriteTimeout time.Duration // 5s per frame
 	WSPingInterval time.Duration // 20s; the read deadline is 2 pings + WSWriteTimeout
 	WSReadLimit    int64         // 4 KiB per client message
+	// WSChunk bounds the samples of one message that a writer encodes for
+	// its client alone (a resume, a catch-up after the hub skipped): 128.
+	WSChunk int
+	// WSQueueBudget bounds the bytes queued to all WebSocket clients in
+	// messages encoded for one client alone (snapshots, resume chunks), from
+	// the encoding until the write returns: 8 MiB. A client whose next such
+	// message would pass it is closed with 1013 and counted. The hub's
+	// shared frames are outside it: at most WSQueue+1 of them are alive,
+	// however many clients hold them.
+	WSQueueBudget int64
+	// WSSendBuffer is each WebSocket connection's kernel send buffer
+	// (SO_SNDBUF; Linux doubles it): 64 KiB, so a client that does not read
+	// parks at most that in the kernel (Linux otherwise grows it to
+	// tcp_wmem's 4 MiB) and its writer blocks, holding its one message,
+	// until the write times out. < 0: the OS's autotuning.
+	WSSendBuffer int
 
 	GatewayID, Version string // shown on the page, /api/status and /healthz
 
@@ -98,10 +118,13 @@ type Config struct {
 	Upstream *stats.Upstream // nil: no upstream configured
 	History  History         // nil: /api/history answers 404 (history.go)
 	RingInfo RingInfo        // shown in /api/status
-	Storage  Storage         // nil: storage not checked by /healthz
+	Storage  Storage         // nil: no storage in /api/status, not checked by /healthz (storage.go)
 	// HealthzUpstreamMaxDown: /healthz is 503 once no upstream path has
 	// carried batches (buffering, unauthorized) for longer; 0 = not checked.
 	HealthzUpstreamMaxDown time.Duration
+	// HealthzHold: /healthz changes state only after its checks held for
+	// this long (storage.go, healthHold); 0 = DefaultHealthzHold, < 0 = none.
+	HealthzHold time.Duration
 
 	Acquisition *stats.Acquisition // gateway-wide acquisition counters; nil: not shown
 
@@ -142,6 +165,15 @@ func (c *Config) fill() {
 	if c.WSReadLimit <= 0 {
 		c.WSReadLimit = DefaultWSReadLimit
 	}
+	if c.WSChunk <= 0 {
+		c.WSChunk = DefaultWSChunk
+	}
+	if c.WSQueueBudget <= 0 {
+		c.WSQueueBudget = DefaultWSQueueBudget
+	}
+	if c.WSSendBuffer == 0 {
+		c.WSSendBuffer = DefaultWSSendBuffer
+	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 2*c.MaxClients + 64
 	}
@@ -178,18 +210,33 @@ type MethodStats struct {
 // ClientStats is a copy of the server's client counters.
 type ClientStats struct {
 	ShortPolling, LongPolling, WebSocket  MethodStats
-	WSDropped                             uint64 // WebSocket clients dropped because their queue was full
-	WSFramesSent                          uint64 // data frames written to WebSocket clients
-	TooLarge                              uint64 // requests refused with 413/431
-	RateLimitedRead, RateLimitedWrite     uint64 // requests refused with 429, per class
+	WSDropped                             uint64  // WebSocket clients dropped as too slow, for any reason of WSDroppedBy
+	WSDroppedBy                           WSDrops // the same, by reason
+	WSQueuedBytes                         int64   // bytes in messages encoded for one WebSocket client alone, not yet written (all clients)
+	WSQueueBudget                         int64   // the bound of WSQueuedBytes (Config.WSQueueBudget)
+	WSFramesSent                          uint64  // data frames written to WebSocket clients
+	TooLarge                              uint64  // requests refused with 413/431
+	RateLimitedRead, RateLimitedWrite     uint64  // requests refused with 429, per class
 	RateLimitedMonitor, RateLimitedAuth   uint64
+	RateLimitedPoll, RateLimitedConnect   uint64
+	ConnsPerClientLimited                 uint64 // 429: the client had RateLimits.ConnsPerClient connections held
+	Forbidden                             uint64 // 403: the client is outside AllowedNetworks
 	HashRefused                           uint64 // 429: no hashing slot or CPU budget for a password verification
 	PasswordHashes                        uint64 // PBKDF2 verifications run (credentials not in the cache)
 	AuthFailures                          uint64 // requests refused with 401
 	ConnsOpen                             int64  // TCP connections open now
 	ConnsRefused                          uint64 // connections closed at accept beyond MaxConns
+	AcceptErrors                          uint64 // Accept failures (out of file descriptors): clients left waiting
 	WSBadMessages                         uint64 // WebSocket clients closed for a malformed or oversized message
 	WritesOK, WritesFailed, WritesRefused uint64 // POST /api/write: confirmed; failed in the writer; refused before it (400/403/413/415)
+}
+
+// WSDrops counts the WebSocket clients dropped as too slow, by reason.
+type WSDrops struct {
+	QueueFull    uint64 `json:"queue_full"`    // the hub found its queue of WSQueue frames full
+	WriteTimeout uint64 `json:"write_timeout"` // a write blocked past WSWriteTimeout
+	NoPong       uint64 `json:"no_pong"`       // no pong within the read deadline (2 pings + WSWriteTimeout)
+	QueueBudget  uint64 `json:"queue_budget"`  // its next message would have passed WSQueueBudget
 }
 
 // Server is the local HTTP server. Build it with New.
@@ -199,11 +246,13 @@ type Server struct {
 	handler http.Handler
 	up      websocket.Upgrader
 	started time.Time
+	healthz *healthHold // /healthz's state
 	origins map[string]bool
 	anyOrig bool
 
 	methods  [nMethods]methodCounters
-	wsDrops  atomic.Uint64
+	wsDrops  [nDrops]atomic.Uint64
+	wsQueued atomic.Int64 // bytes counted against WSQueueBudget
 	wsFrames atomic.Uint64
 	tooLarge atomic.Uint64
 
@@ -213,10 +262,13 @@ type Server struct {
 	rlog          backoff.Log
 	dropLog       backoff.Log   // slow WebSocket clients: one line each, at most 1/s
 	held          atomic.Int64  // 429 replies being held
+	slots         connSlots     // held connections per client
+	forbidden     atomic.Uint64 // 403: outside AllowedNetworks
 	hashRefused   atomic.Uint64 // 429 for want of a hashing slot or budget
 	authFailures  atomic.Uint64
 	connsOpen     atomic.Int64
 	connsRefused  atomic.Uint64
+	acceptErrors  atomic.Uint64
 	wsBad         atomic.Uint64
 	writesOK      atomic.Uint64
 	writesFailed  atomic.Uint64
@@ -255,6 +307,7 @@ func New(cfg Config) *Server {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		started:  time.Now(),
+		healthz:  &healthHold{hold: holdOf(cfg.HealthzHold)},
 		origins:  make(map[string]bool),
 		shutdown: make(chan struct{}),
 		lim:      newLimiter(cfg.RateLimit),
@@ -278,14 +331,17 @@ func New(cfg Config) *Server {
 		EnableCompression: false,
 	}
 	mux := http.NewServeMux()
-	// Every route is rate-limited first (security.go), then authenticated.
+	// Every route is rate-limited first (ratelimit.go), then authenticated.
 	mux.HandleFunc("GET /{$}", s.limit(classRead, s.readAuth(s.handlePage)))
-	mux.HandleFunc("GET /api/shortPolling", s.limit(classRead, s.readAuth(s.handleShort)))
-	mux.HandleFunc("GET /api/longPolling", s.limit(classRead, s.readAuth(s.handleLong)))
-	mux.HandleFunc("GET /api/ws", s.limit(classRead, s.readAuth(s.handleWS)))
+	// A long poll or a WebSocket holds a slot of its client while open; a
+	// long poll takes a poll token only when answered with the snapshot.
+	mux.HandleFunc("GET /api/shortPolling", s.limit(classPoll, s.readAuth(s.handleShort)))
+	mux.HandleFunc("GET /api/longPolling", s.readAuth(s.slot(s.handleLong)))
+	mux.HandleFunc("GET /api/ws", s.limit(classConnect, s.readAuth(s.slot(s.handleWS))))
 	mux.HandleFunc("GET /api/devices", s.limit(classRead, s.readAuth(s.handleDevices)))
 	mux.HandleFunc("GET /api/status", s.limit(classRead, s.readAuth(s.handleStatus)))
 	mux.HandleFunc("GET /api/history", s.limit(classRead, s.readAuth(s.handleHistory)))
+	mux.HandleFunc("GET /api/trends", s.limit(classRead, s.readAuth(s.handleTrends)))
 	mux.HandleFunc("GET /assets/{file}", s.limit(classRead, s.readAuth(s.handleAsset)))
 	mux.HandleFunc("POST /api/write", s.limit(classWrite, s.handleWrite))
 	mux.HandleFunc("OPTIONS /api/{path...}", s.limit(classRead, s.handlePreflight))
@@ -313,19 +369,8 @@ func (s *Server) Listen() (net.Addr, error) {
 	if s.ln != nil {
 		return s.ln.Addr(), nil
 	}
-	if s.basicErr != nil {
-		return nil, s.basicErr
-	}
-	if (s.cfg.TLSCertFile == "") != (s.cfg.TLSKeyFile == "") {
-		return nil, errors.New("web: tls needs both a certificate file and a key file")
-	}
-	if s.cfg.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("web: tls: %w", err)
-		}
-		// HTTP/1.1 only: WebSocket upgrades and long polls are HTTP/1.1 here.
-		s.tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	if err := s.checkLocked(); err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
@@ -333,6 +378,33 @@ func (s *Server) Listen() (net.Addr, error) {
 	}
 	s.ln = ln
 	return ln.Addr(), nil
+}
+
+// Check reports what Listen refuses before it binds the address (the
+// basic auth hash, the TLS pair), without binding it: `edgegw check`
+// refuses what run would.
+func (s *Server) Check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.checkLocked()
+}
+
+func (s *Server) checkLocked() error {
+	if s.basicErr != nil {
+		return s.basicErr
+	}
+	if (s.cfg.TLSCertFile == "") != (s.cfg.TLSKeyFile == "") {
+		return errors.New("web: tls needs both a certificate file and a key file")
+	}
+	if s.cfg.TLSCertFile != "" && s.tlsConf == nil {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("web: tls: %w", err)
+		}
+		// HTTP/1.1 only: WebSocket upgrades and long polls are HTTP/1.1 here.
+		s.tlsConf = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	}
+	return nil
 }
 
 // Serve serves HTTP and runs the WebSocket hub until ctx is done, then shuts
@@ -365,7 +437,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer close(hubDone)
 		s.runHub(hubCtx)
 	}()
-	var ln net.Listener = &connLimiter{Listener: s.ln, s: s, max: int64(s.cfg.MaxConns)}
+	var ln net.Listener = &connLimiter{Listener: acceptLogger{s.ln, s}, s: s, max: int64(s.cfg.MaxConns)}
 	scheme := "http"
 	if s.tlsConf != nil {
 		ln, scheme = tls.NewListener(ln, s.tlsConf), "https"
@@ -399,19 +471,46 @@ func (s *Server) Serve(ctx context.Context) error {
 	return err
 }
 
+// acceptLogger counts the errors of Accept and says them at Warn, at most
+// one line per 10 s with the number left out ("suppressed"): out of file
+// descriptors (EMFILE, ENFILE) clients wait in the kernel's backlog, not
+// served, while net/http retries after a pause and tells only its ErrorLog
+// (Debug).
+type acceptLogger struct {
+	net.Listener
+	s *Server
+}
+
+func (l acceptLogger) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		l.s.acceptErrors.Add(1)
+		l.s.rlog.Log(l.s.log, "accept", "web: cannot accept connections; clients wait unserved (out of file descriptors? raise LimitNOFILE / ulimit -n)",
+			"err", err, "conns_open", l.s.connsOpen.Load(), "accept_errors", l.s.acceptErrors.Load())
+	}
+	return c, err
+}
+
 // Stats copies the client counters.
 func (s *Server) Stats() ClientStats {
 	get := func(m method) MethodStats {
 		c := &s.methods[m]
 		return MethodStats{Active: c.active.Load(), Served: c.served.Load(), Rejected: c.rejected.Load()}
 	}
+	drops := WSDrops{QueueFull: s.wsDrops[dropQueueFull].Load(), WriteTimeout: s.wsDrops[dropWriteTimeout].Load(),
+		NoPong: s.wsDrops[dropNoPong].Load(), QueueBudget: s.wsDrops[dropBudget].Load()}
 	return ClientStats{
 		ShortPolling: get(mShort), LongPolling: get(mLong), WebSocket: get(mWS),
-		WSDropped: s.wsDrops.Load(), WSFramesSent: s.wsFrames.Load(), TooLarge: s.tooLarge.Load(),
+		WSDropped: drops.QueueFull + drops.WriteTimeout + drops.NoPong + drops.QueueBudget, WSDroppedBy: drops,
+		WSQueuedBytes: s.wsQueued.Load(), WSQueueBudget: s.cfg.WSQueueBudget,
+		WSFramesSent: s.wsFrames.Load(), TooLarge: s.tooLarge.Load(),
 		RateLimitedRead: s.lim.limited[classRead].Load(), RateLimitedWrite: s.lim.limited[classWrite].Load(),
 		RateLimitedMonitor: s.lim.limited[classMonitor].Load(), RateLimitedAuth: s.lim.limited[classAuth].Load(),
+		RateLimitedPoll: s.lim.limited[classPoll].Load(), RateLimitedConnect: s.lim.limited[classConnect].Load(),
+		ConnsPerClientLimited: s.slots.limited.Load(), Forbidden: s.forbidden.Load(),
 		HashRefused: s.hashRefused.Load(), PasswordHashes: s.passwordHashes(),
 		AuthFailures: s.authFailures.Load(), ConnsOpen: s.connsOpen.Load(), ConnsRefused: s.connsRefused.Load(),
+		AcceptErrors:  s.acceptErrors.Load(),
 		WSBadMessages: s.wsBad.Load(), WritesOK: s.writesOK.Load(), WritesFailed: s.writesFailed.Load(),
 		WritesRefused: s.writesRefused.Load(),
 	}
@@ -442,11 +541,20 @@ func (s *Server) release(m method) {
 	s.methods[m].served.Add(1)
 }
 
-// guard applies the request bounds every route shares: bodies beyond
-// MaxRequestBytes are refused (413) or cut (MaxBytesReader), and CORS headers
-// are set for allowed cross origins.
+// guard applies the request bounds every route shares: clients outside
+// AllowedNetworks are refused (403), bodies beyond MaxRequestBytes are
+// refused (413) or cut (MaxBytesReader), and CORS headers are set for
+// allowed cross origins.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(s.cfg.AllowedNetworks) > 0 {
+			if ip := s.clientIP(r); !s.allowedClient(ip) {
+				s.forbidden.Add(1)
+				s.rlog.Log(s.log, "forbidden", "web: client outside allowed_networks refused", "client", ip.String())
+				writeError(w, http.StatusForbidden, "client "+ip.String()+" is not in allowed_networks")
+				return
+			}
+		}
 		if r.ContentLength > s.cfg.MaxRequestBytes {
 			s.tooLarge.Add(1)
 			w.Header().Set("Connection", "close")

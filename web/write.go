@@ -82,7 +82,7 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, msg)
 		return
 	}
-	origin := "http " + clientIP(r).String()
+	origin := "http " + s.clientIP(r).String()
 	t0 := time.Now()
 	written, readBack, err := s.cfg.Writer.Write(r.Context(), req.Device, req.Tag, req.Value, origin)
 	dur := time.Since(t0)

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -20,7 +21,8 @@ import (
 // package wire's comment): a snapshot first, then one "samples" message per
 // ring batch (several when the hub lags); a client sends {"lastSequence":N}
 // to resume after a reconnect and gets the samples > N still in the ring
-// as one "samples" message (none if nothing is missing), or, when N fell
+// in "samples" messages of at most WSChunk samples (none if nothing is
+// missing), each encoded once the one before is written, or, when N fell
 // out of the ring or is ahead of the gateway, a snapshot with "reset":true.
 //
 // After the first frame, the samples a client receives are in seq order with
@@ -28,9 +30,17 @@ import (
 // A malformed client message closes the connection with 1007 and a reason,
 // one over WSReadLimit with 1009 (both counted);
 // a client whose queue fills is closed with 1008 "too slow", one that
-// answers no ping within 2 pings + WSWriteTimeout with 1008 "no pong" (both,
-// and a write that times out, are counted as dropped and logged with the
-// client's address); shutdown closes with 1001.
+// answers no ping within 2 pings + WSWriteTimeout with 1008 "no pong", one
+// whose next message of its own (a snapshot, a resume chunk) would take the
+// bytes queued to all clients past WSQueueBudget with 1013 "server busy:
+// queue budget"; those, and a write that times out, are counted as dropped
+// by reason and logged with the client's address; shutdown closes with 1001.
+//
+// Memory: the hub's frames are encoded once and shared (PreparedMessage);
+// a client's queue holds only frames of the last WSQueue broadcasts. What a
+// writer encodes for its client alone lives in a pooled buffer for as long
+// as its write lasts, counted against WSQueueBudget: an idle client holds
+// no buffer, a slow one at most one message.
 
 // frame is one hub batch, encoded once for every client. Immutable.
 // A gap frame (no samples) says the hub skipped ahead to last.
@@ -211,34 +221,63 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = conn.Close()
 	<-readerDone
-	if why := slowReason(c, werr); why != "" {
-		s.wsDrops.Add(1)
-		s.dropLog.Log(s.log, "ws slow", "web: dropped a slow websocket client", "remote", r.RemoteAddr, "reason", why)
+	if why, ok := slowReason(c, werr); ok {
+		s.wsDrops[why].Add(1)
+		s.dropLog.Log(s.log, "ws slow", "web: dropped a slow websocket client", "remote", r.RemoteAddr, "reason", dropNames[why])
 	}
 }
 
-// slowReason says why a client that did not keep up was dropped, or "" when
-// it ended otherwise (it closed, it sent garbage, the server shut down).
+// dropReason is why a WebSocket client that did not keep up was dropped.
+type dropReason int
+
+const (
+	dropQueueFull    dropReason = iota // the hub found its queue full (1008 "too slow")
+	dropWriteTimeout                   // a write blocked past WSWriteTimeout (no close frame)
+	dropNoPong                         // no pong within the read deadline (1008 "no pong")
+	dropBudget                         // a message for it would pass WSQueueBudget (1013)
+	nDrops
+)
+
+// dropNames label edgegw_web_ws_dropped_total and /api/status.
+var dropNames = [nDrops]string{dropQueueFull: "queue_full", dropWriteTimeout: "write_timeout",
+	dropNoPong: "no_pong", dropBudget: "queue_budget"}
+
+// slowReason says why a client that did not keep up was dropped, or false
+// when it ended otherwise (it closed, it sent garbage, the server shut down).
 // A client that stops reading fills its socket buffers and then its queue
 // (the hub drops it), or blocks a write past WSWriteTimeout; one that reads
 // nothing at all never answers a ping either, and its read deadline ends it
 // first when the frames are small and the socket buffers large (the case
-// that used to go uncounted).
-func slowReason(c *wsClient, werr error) string {
+// that used to go uncounted). One that needs a message of its own (a
+// snapshot, a resume's chunk) while the clients' queued bytes are at the
+// budget is closed with 1013 "try again later".
+func slowReason(c *wsClient, werr error) (dropReason, bool) {
 	select {
 	case <-c.gone:
-		return "queue full"
+		return dropQueueFull, true
 	default:
+	}
+	if errors.Is(werr, errOverBudget) {
+		return dropBudget, true
 	}
 	var ne net.Error
 	if errors.As(werr, &ne) && ne.Timeout() {
-		return "write timed out"
+		return dropWriteTimeout, true
 	}
 	if errors.As(c.readErr, &ne) && ne.Timeout() {
-		return "no pong within the read deadline"
+		return dropNoPong, true
 	}
-	return ""
+	return 0, false
 }
+
+var (
+	// errOverBudget: a message encoded for one client would take the bytes
+	// queued to all clients past WSQueueBudget.
+	errOverBudget = errors.New("web: websocket queue budget exceeded")
+	// errStopped: the client was dropped or the server is shutting down
+	// between two chunks of a catch-up; wsWrite's loop says which.
+	errStopped = errors.New("web: websocket writer stopped")
+)
 
 // wsWrite is the connection's only data writer. It keeps the client's
 // cursor (the last seq it was sent) so that, whatever the hub and resumes
@@ -247,12 +286,16 @@ func slowReason(c *wsClient, werr error) string {
 func (s *Server) wsWrite(c *wsClient, readerDone <-chan struct{}) (code int, reason string, err error) {
 	ping := time.NewTicker(s.cfg.WSPingInterval)
 	defer ping.Stop()
-	w := &wsWriter{s: s, c: c}
-	snap := s.cfg.Ring.Snapshot()
-	if err := w.write(wire.AppendWSSnapshot(w.buf[:0], snap.Seq, snap.Epoch, false, snap.Latest)); err != nil {
+	w := &wsWriter{s: s, c: c, ping: ping.C}
+	if tc := tcpOf(c.conn.NetConn()); tc != nil && s.cfg.WSSendBuffer > 0 {
+		_ = tc.SetWriteBuffer(s.cfg.WSSendBuffer) // best effort: the OS's autotuning otherwise
+	}
+	if err := w.snapshot(false); err != nil {
+		if errors.Is(err, errOverBudget) {
+			return websocket.CloseTryAgainLater, "server busy: queue budget", err
+		}
 		return 0, "", err
 	}
-	w.cursor = snap.Seq
 	for {
 		// A dropped client or a shutdown wins over a full queue: without this
 		// check the select could pick queued frames (each up to
@@ -281,32 +324,113 @@ func (s *Server) wsWrite(c *wsClient, readerDone <-chan struct{}) (code int, rea
 		case f := <-c.queue:
 			err = w.deliver(f)
 		case <-ping.C:
-			err = c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(s.cfg.WSWriteTimeout))
+			err = w.pingNow()
 		}
-		if err != nil {
+		switch {
+		case err == nil:
+		case errors.Is(err, errStopped):
+			// the checks at the top of the loop say why
+		case errors.Is(err, errOverBudget):
+			return websocket.CloseTryAgainLater, "server busy: queue budget", err
+		default:
 			return 0, "", err // the stream may end mid-frame: no close frame after a failed write
 		}
 	}
 }
 
+// tcpOf is the TCP connection under c (TLS and the connection counter
+// unwrapped), or nil.
+func tcpOf(c net.Conn) *net.TCPConn {
+	for {
+		switch x := c.(type) {
+		case *net.TCPConn:
+			return x
+		case *tls.Conn:
+			c = x.NetConn()
+		case *countedConn:
+			c = x.Conn
+		default:
+			return nil
+		}
+	}
+}
+
 // wsWriter is the per-connection writer state (owned by one goroutine).
+// It holds no buffer between messages: a message encoded for this client
+// alone takes a pooled buffer for as long as its write lasts.
 type wsWriter struct {
 	s      *Server
 	c      *wsClient
+	ping   <-chan time.Time
 	cursor uint64 // last seq sent to this client
-	buf    []byte
-	tmp    []ringstore.Sample
 }
 
-func (w *wsWriter) write(b []byte) error {
-	w.buf = b[:0]
+// Pools of the buffers a writer takes for one message: the encoded bytes
+// and the samples a catch-up copies out of the ring (long polls have their
+// own, poll.go, whose buffers grow to a whole reply). A buffer grown past
+// maxPooled (a big snapshot) is left to the collector, so what a writer
+// takes, and counts against the budget, is about one message.
+var (
+	wsBufPool     = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+	wsSamplesPool = sync.Pool{New: func() any { return new([]ringstore.Sample) }}
+)
+
+const maxPooled = 64 << 10
+
+func getBuf() *[]byte { return wsBufPool.Get().(*[]byte) }
+
+func putBuf(p *[]byte) {
+	if cap(*p) <= maxPooled {
+		*p = (*p)[:0]
+		wsBufPool.Put(p)
+	}
+}
+
+func getSamples() *[]ringstore.Sample { return wsSamplesPool.Get().(*[]ringstore.Sample) }
+
+func putSamples(p *[]ringstore.Sample, s []ringstore.Sample) {
+	clear(s) // no strings kept alive by the pool
+	*p = s[:0]
+	wsSamplesPool.Put(p)
+}
+
+// send writes the message in *p (a pooled buffer, returned to the pool
+// here). Its length counts as queued to clients, against WSQueueBudget,
+// from before the write until it returns (the buffer it takes is at most
+// maxPooled larger). A message alone in the budget is
+// always sent, so one larger than the budget does not lock every client out.
+func (w *wsWriter) send(p *[]byte) error {
+	defer putBuf(p)
+	n := int64(len(*p))
+	q := &w.s.wsQueued
+	defer q.Add(-n)
+	if total := q.Add(n); total > w.s.cfg.WSQueueBudget && total != n {
+		return errOverBudget
+	}
 	if err := w.c.conn.SetWriteDeadline(time.Now().Add(w.s.cfg.WSWriteTimeout)); err != nil {
 		return err
 	}
-	if err := w.c.conn.WriteMessage(websocket.TextMessage, b); err != nil {
+	if err := w.c.conn.WriteMessage(websocket.TextMessage, *p); err != nil {
 		return err
 	}
 	w.s.wsFrames.Add(1)
+	return nil
+}
+
+func (w *wsWriter) pingNow() error {
+	return w.c.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(w.s.cfg.WSWriteTimeout))
+}
+
+// snapshot sends the ring's latest values (reset: in answer to a resume the
+// ring could not serve) and moves the cursor to its seq.
+func (w *wsWriter) snapshot(reset bool) error {
+	snap := w.s.cfg.Ring.Snapshot()
+	p := getBuf()
+	*p = wire.AppendWSSnapshot((*p)[:0], snap.Seq, snap.Epoch, reset, snap.Latest)
+	if err := w.send(p); err != nil {
+		return err
+	}
+	w.cursor = snap.Seq
 	return nil
 }
 
@@ -343,7 +467,9 @@ func (w *wsWriter) deliver(f *frame) error {
 	for i < len(f.samples) && f.samples[i].Seq <= w.cursor {
 		i++
 	}
-	if err := w.write(wire.AppendWSSamples(w.buf[:0], f.last, f.samples[i:])); err != nil {
+	p := getBuf()
+	*p = wire.AppendWSSamples((*p)[:0], f.last, f.samples[i:])
+	if err := w.send(p); err != nil {
 		return err
 	}
 	w.cursor = f.last
@@ -351,40 +477,65 @@ func (w *wsWriter) deliver(f *frame) error {
 }
 
 // catchUp sends the samples after `after` from the ring (below `before` when
-// before > 0, else all of them) or, when after is no longer in the ring or is
-// ahead of it, a reset snapshot. It sets the cursor to what was sent.
+// before > 0, else up to the ring's newest, which it chases while it
+// grows) or, when after is no longer in the ring or is ahead of it, a reset
+// snapshot. It sends them in messages of at most WSChunk samples, each
+// copied out of the ring and encoded only once the previous one is written,
+// so a slow reader holds one chunk, never the whole tail. Between chunks
+// it answers the ping ticker and stops (errStopped) when the client was
+// dropped or the server shuts down. It sets the cursor to what was sent.
 func (w *wsWriter) catchUp(after, before uint64) error {
-	res := w.s.cfg.Ring.Since(after, w.tmp[:0])
-	if res.Reset {
-		snap := w.s.cfg.Ring.Snapshot()
-		if err := w.write(wire.AppendWSSnapshot(w.buf[:0], snap.Seq, snap.Epoch, true, snap.Latest)); err != nil {
+	chunk := w.s.cfg.WSChunk
+	for {
+		select {
+		case <-w.c.gone:
+			return errStopped
+		case <-w.s.shutdown:
+			return errStopped
+		case <-w.ping:
+			if err := w.pingNow(); err != nil {
+				return err
+			}
+		default:
+		}
+		sp := getSamples()
+		res := w.s.cfg.Ring.SinceN(after, chunk, (*sp)[:0])
+		if res.Reset {
+			putSamples(sp, res.Samples)
+			return w.snapshot(true)
+		}
+		samples := res.Samples
+		more := len(samples) == chunk // the ring may hold more after these
+		if before > 0 {
+			n := len(samples)
+			for n > 0 && samples[n-1].Seq >= before {
+				n--
+			}
+			if n < len(samples) {
+				more = false
+			}
+			samples = samples[:n]
+		}
+		if len(samples) == 0 {
+			putSamples(sp, res.Samples)
+			w.cursor = res.Seq // nothing newer than after
+			if before > 0 {
+				w.cursor = max(after, before-1) // nothing in the ring between after and before
+			}
+			return nil
+		}
+		last := samples[len(samples)-1].Seq
+		p := getBuf()
+		*p = wire.AppendWSSamples((*p)[:0], last, samples)
+		putSamples(sp, res.Samples) // before the write, which may block
+		if err := w.send(p); err != nil {
 			return err
 		}
-		w.cursor = snap.Seq
-		return nil
-	}
-	samples := res.Samples
-	if before > 0 {
-		n := len(samples)
-		for n > 0 && samples[n-1].Seq >= before {
-			n--
+		w.cursor, after = last, last
+		if !more {
+			return nil
 		}
-		samples = samples[:n]
 	}
-	w.tmp = res.Samples[:0]
-	if len(samples) == 0 {
-		w.cursor = res.Seq // nothing newer than after
-		if before > 0 {
-			w.cursor = max(after, before-1) // nothing in the ring between after and before
-		}
-		return nil
-	}
-	last := samples[len(samples)-1].Seq
-	if err := w.write(wire.AppendWSSamples(w.buf[:0], last, samples)); err != nil {
-		return err
-	}
-	w.cursor = last
-	return nil
 }
 
 // wsRead is the connection's reader: control frames, deadlines, resumes.

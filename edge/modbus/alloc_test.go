@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"edgegw/internal/testenv"
 )
 
 // fastUDPDevice answers every read of 2 holding registers with (addr,
@@ -37,7 +39,7 @@ func fastUDPDevice(t testing.TB, ip string) string {
 			_, _ = conn.WriteToUDPAddrPort(out[:], src)
 		}
 	}()
-	t.Cleanup(func() { conn.Close(); wg.Wait() })
+	t.Cleanup(func() { conn.Close(); testenv.Wait(t, stopLimit, "the fast udp logger to stop", wg.Wait) })
 	return conn.LocalAddr().String()
 }
 

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"edgegw/internal/testenv"
 )
 
 // TestHelperUDPDevices is the child process of the benchmarks: n fast UDP
@@ -43,7 +45,10 @@ func externalUDPDevices(b *testing.B, n int) []string {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { in.Close(); _ = cmd.Wait() })
+	b.Cleanup(func() {
+		in.Close()
+		testenv.Wait(b, stopLimit, "the pymodbus slave to exit", func() { _ = cmd.Wait() })
+	})
 	var addrs []string
 	sc := bufio.NewScanner(out)
 	for sc.Scan() && sc.Text() != "ready" {
@@ -110,20 +115,26 @@ func BenchmarkUDPFleet48(b *testing.B) {
 			}()
 		}
 		b.ReportAllocs()
+		stuck := time.NewTimer(stopLimit) // the whole loop's deadline: no timer per poll
+		defer stuck.Stop()
 		cpu := cpuTime()
 		for b.Loop() {
 			for _, c := range start {
 				c <- struct{}{}
 			}
 			for range n {
-				<-done
+				select {
+				case <-done:
+				case <-stuck.C:
+					b.Fatalf("polls not done within %v", stopLimit)
+				}
 			}
 		}
 		reportCPU(b, cpu)
 		for _, c := range start {
 			close(c)
 		}
-		wg.Wait()
+		testenv.Wait(b, stopLimit, "the pollers to stop", wg.Wait)
 		for _, r := range reqs {
 			checkRead2(b, r)
 		}

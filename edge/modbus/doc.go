@@ -4,7 +4,9 @@
 // framing and the RTU CRC in the transporters, and the transporters plugged
 // into goburrow's NewClient2(packager, transporter): TCP
 // with backoff reconnects (one stream per device, or one TCPPort shared by
-// the units behind a TCP→RTU gateway), UDP over one shared socket with transaction-id
+// the units behind a TCP→RTU gateway; while a redial or a serial reopen
+// backs off, calls fail at once with a *BackoffError that reads as the
+// failure that started the backoff, plus the wait), UDP over one shared socket with transaction-id
 // matching, RTU on a serial line and RTU over a TCP stream.
 //
 // Two ways to poll. The Read*/Write* methods of TCPConn, UDPConn and RTUConn

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"time"
 
 	gb "github.com/goburrow/modbus"
@@ -15,8 +16,39 @@ import (
 var ErrTimeout = errors.New("timeout")
 
 // ErrBackoff is wrapped by the quick error a TCP connection returns while it
-// waits out its reconnect backoff: the device was not contacted.
+// waits out its reconnect backoff: the device was not contacted. That error
+// is a *BackoffError: it says what started the backoff.
 var ErrBackoff = errors.New("reconnect backoff")
+
+// BackoffError is the quick error of a connection waiting out its reconnect
+// backoff. It reads as the failure that started the backoff, with the wait:
+// "dial tcp 127.0.0.1:502: connect: connection refused (next try in 9.7 s)",
+// so a device's reason keeps its cause. It unwraps to ErrBackoff only: a
+// dial that timed out does not make the backoff a timeout (errors.Is(err,
+// ErrTimeout) is false), and a frame error that started it is not a frame
+// received now (Cause holds it).
+type BackoffError struct {
+	Cause error         // the failure that started the backoff (nil: unknown)
+	Wait  time.Duration // left before the next attempt
+}
+
+func (e *BackoffError) Error() string {
+	cause := ErrBackoff.Error()
+	if e.Cause != nil {
+		cause = e.Cause.Error()
+	}
+	return cause + " (next try in " + fmtWait(e.Wait) + ")"
+}
+
+func (e *BackoffError) Unwrap() error { return ErrBackoff }
+
+// fmtWait is a wait as people read it: "150 ms", "9.7 s".
+func fmtWait(d time.Duration) string {
+	if d < time.Second {
+		return strconv.FormatInt(d.Round(time.Millisecond).Milliseconds(), 10) + " ms"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s"
+}
 
 // ErrRequest is wrapped when a request is refused before sending (quantity
 // or value out of the protocol's range).

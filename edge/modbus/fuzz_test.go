@@ -142,6 +142,8 @@ func BenchmarkUDPMatch(b *testing.B) {
 	tr.pend = udpPending{tr: tr, dest: d, unit: 1, fc: 3, req: tr.buf, resp: tr.resp[:], w: tr.w}
 	dg := mbap(hx("0000 0000 0006 01 03 0000 0002"), hx("03 04 0001 0002"))
 	b.ReportAllocs()
+	stuck := time.NewTimer(stopLimit) // the whole loop's deadline: no timer per dispatch
+	defer stuck.Stop()
 	for b.Loop() {
 		s.mu.Lock()
 		if err := s.register(&tr.pend); err != nil {
@@ -150,7 +152,11 @@ func BenchmarkUDPMatch(b *testing.B) {
 		s.mu.Unlock()
 		binary.BigEndian.PutUint16(dg, tr.pend.tid)
 		s.dispatch(known, dg)
-		<-tr.w.ch
+		select {
+		case <-tr.w.ch:
+		case <-stuck.C:
+			b.Fatalf("dispatch did not wake the waiter within %v", stopLimit)
+		}
 	}
 }
 

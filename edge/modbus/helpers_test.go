@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"edgegw/internal/testenv"
 )
@@ -225,7 +226,7 @@ func (s *tcpServer) stop() {
 		c.Close()
 	}
 	s.mu.Unlock()
-	s.wg.Wait()
+	testenv.Wait(s.t, stopLimit, "the tcp server's goroutines to stop", s.wg.Wait)
 }
 
 // restart simulates a device reboot: every connection closed, then the
@@ -260,6 +261,11 @@ func serveMBAP(reply func(c net.Conn, req []byte) []byte) func(net.Conn) {
 
 // waitFor is testenv.WaitFor: poll a condition with a deadline.
 var waitFor = testenv.WaitFor
+
+// stopLimit bounds every wait for a goroutine or process a test stops (a
+// Run returning, a responder's goroutines): generous for a loaded machine
+// under -race, and a failure naming what hung, not the package's timeout.
+const stopLimit = time.Minute
 
 func u16s(b []byte) []uint16 {
 	out := make([]uint16, len(b)/2)

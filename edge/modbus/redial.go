@@ -2,7 +2,6 @@ package modbus
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -31,11 +30,12 @@ type redialer struct {
 
 	conn   net.Conn
 	bo     backoff.Gate
-	dialed bool // a dial has succeeded before: the next one is a reconnect
-	good   bool // the current stream has carried a good reply
-	free   bool // closed after good replies: the next dial needs no backoff
-	down   bool // logged as down, log again when back
-	extra  int  // bytes read after the last reply frame: the stream is out of step
+	dialed bool  // a dial has succeeded before: the next one is a reconnect
+	good   bool  // the current stream has carried a good reply
+	free   bool  // closed after good replies: the next dial needs no backoff
+	down   bool  // logged as down, log again when back
+	cause  error // the failure that started the backoff (BackoffError.Cause)
+	extra  int   // bytes read after the last reply frame: the stream is out of step
 }
 
 func (r *redialer) get() (net.Conn, error) {
@@ -44,7 +44,7 @@ func (r *redialer) get() (net.Conn, error) {
 	}
 	now := time.Now()
 	if w := r.bo.Wait(now); w > 0 {
-		return nil, fmt.Errorf("%w: next dial in %v", ErrBackoff, w.Round(time.Millisecond))
+		return nil, &BackoffError{Cause: r.cause, Wait: w}
 	}
 	d := net.Dialer{
 		Timeout:         r.dialTimeout,
@@ -91,6 +91,7 @@ func (r *redialer) failed(err error) {
 		return // this failure was already handled
 	}
 	d := r.bo.Failed(time.Now())
+	r.cause = err
 	if !r.down {
 		r.log.Warn("modbus: connection down", "addr", r.addr, "err", err, "retry_in", d)
 		r.down = true

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
 	"edgegw/sim"
 )
 
@@ -29,7 +30,7 @@ func startSocketCfg(t testing.TB, noBatch bool) *UDPSocket {
 	go func() { done <- s.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Recv(t, done, stopLimit, "the udp socket's Run to return"); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 		s.Close()
@@ -48,7 +49,7 @@ func startSimFleet(t testing.TB, cfg sim.Config) *sim.Fleet {
 	go func() { done <- f.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := testenv.Recv(t, done, stopLimit, "the simulated fleet to stop"); err != nil {
 			t.Errorf("fleet: %v", err)
 		}
 	})
@@ -350,7 +351,7 @@ func TestRoundPerRequestDeadlines(t *testing.T) {
 			if rd.Done(b, time.Now()) {
 				t.Fatalf("slow request done before its deadline: %v", b.Err)
 			}
-			rep := <-held // the slow device got its request; its reply comes after the deadline
+			rep := testenv.Recv(t, held, 10*time.Second, "the slow device's request") // the slow device got its request; its reply comes after the deadline
 			if !rd.Done(b, b.Deadline) || !errors.Is(b.Err, ErrTimeout) {
 				t.Fatalf("slow request at its deadline: %v", b.Err)
 			}

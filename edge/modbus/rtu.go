@@ -354,6 +354,7 @@ type serialLine struct {
 	cnt    *counters
 	log    *slog.Logger
 	bo     backoff.Gate
+	cause  error // the failure that started the backoff (BackoffError.Cause)
 	port   serial.Port
 	opened bool
 	closed bool
@@ -396,10 +397,11 @@ func (l *serialLine) ensure() error {
 		return net.ErrClosed
 	}
 	if w := l.bo.Wait(time.Now()); w > 0 {
-		return fmt.Errorf("%w: reopen in %v", ErrBackoff, w.Round(time.Millisecond))
+		return &BackoffError{Cause: l.cause, Wait: w}
 	}
 	if err := l.open(); err != nil {
 		l.bo.Failed(time.Now())
+		l.cause = err
 		return err
 	}
 	return nil
@@ -451,6 +453,7 @@ func (l *serialLine) failed(err error) {
 	_ = l.port.Close()
 	l.port = nil
 	l.bo.Failed(time.Now())
+	l.cause = err
 }
 
 func (l *serialLine) succeeded() { l.bo.OK() }

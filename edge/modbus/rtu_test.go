@@ -71,8 +71,27 @@ func serveRTU(t testing.TB, rw io.ReadWriter, handle func(req []byte) [][]byte) 
 	return r
 }
 
-// rtuBus opens a pty pair: our port on one end, a responder on the other.
-func rtuBus(t *testing.T, handle func(req []byte) [][]byte) *RTUPort {
+// waitLine waits until n bytes wait in the input queue of the tty at path
+// (our side of the pty pair: the queue is the tty's, whoever reads it).
+func waitLine(t *testing.T, path string, n int, what string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOCTTY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := ttyQueued(f.Fd()); errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("the input queue of a tty cannot be read here")
+	}
+	waitFor(t, 10*time.Second, what, func() bool {
+		q, err := ttyQueued(f.Fd())
+		return err == nil && q >= n
+	})
+}
+
+// rtuBus opens a pty pair: our port on one end (its path is returned too),
+// a responder on the other.
+func rtuBus(t *testing.T, handle func(req []byte) [][]byte) (*RTUPort, string) {
 	t.Helper()
 	a, b := testenv.PTYPair(t)
 	f, err := os.OpenFile(b, os.O_RDWR|syscall.O_NOCTTY, 0)
@@ -80,17 +99,17 @@ func rtuBus(t *testing.T, handle func(req []byte) [][]byte) *RTUPort {
 		t.Fatal(err)
 	}
 	r := serveRTU(t, f, handle)
-	t.Cleanup(func() { f.Close(); r.wg.Wait() })
+	t.Cleanup(func() { f.Close(); testenv.Wait(t, stopLimit, "the rtu responder to stop", r.wg.Wait) })
 	p, err := OpenRTU(SerialConfig{Path: a, Baud: 19200, Timeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return p
+	return p, a
 }
 
 func TestRTUSpec(t *testing.T) {
-	p := rtuBus(t, func(req []byte) [][]byte {
+	p, _ := rtuBus(t, func(req []byte) [][]byte {
 		return [][]byte{rtuFrame(req[0], specReply(t, req[1:len(req)-2]))}
 	})
 	c := p.Unit(0x11, 0)
@@ -108,7 +127,7 @@ func TestRTUFaults(t *testing.T) {
 	sl := newSlave()
 	lateOut := make(chan struct{}, 1)
 	var slowOnce atomic.Bool
-	p := rtuBus(t, func(req []byte) [][]byte {
+	p, line := rtuBus(t, func(req []byte) [][]byte {
 		unit, pdu := req[0], req[1:len(req)-2]
 		if unit == 3 {
 			return nil // dead unit
@@ -144,7 +163,10 @@ func TestRTUFaults(t *testing.T) {
 	if _, err := u1.ReadHoldingRegisters(7, 1); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("slow reply: %v, want timeout", err)
 	}
-	<-lateOut // the late reply is on the line now
+	// The late reply is handed to the responder's write, then relayed by
+	// socat: it is on the line once it waits in our side's input queue.
+	testenv.Closed(t, lateOut, 10*time.Second, "the late reply handed to the responder")
+	waitLine(t, line, 7, "the late reply (7 bytes) on the line")
 	want(u1, 7)
 	want(u2, 7)
 	var fe *FrameError
@@ -188,7 +210,7 @@ func TestRTUOverTCP(t *testing.T) {
 			}
 			return [][]byte{out}
 		})
-		r.wg.Wait()
+		testenv.Wait(t, stopLimit, "the rtu-over-tcp responder to stop", r.wg.Wait)
 	})
 	p := NewRTUOverTCP(TCPConfig{Address: srv.addr, Timeout: time.Second, BackoffMin: time.Millisecond, BackoffMax: 2 * time.Millisecond})
 	defer p.Close()

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"edgegw/internal/testenv"
 )
 
 var _ poller = (*TCPUnitConn)(nil)
@@ -54,7 +56,7 @@ func TestTCPPortWrongUnitAndLateReply(t *testing.T) {
 			prev = tid
 		}
 	}()
-	defer func() { l.Close(); <-done }()
+	defer func() { l.Close(); testenv.Closed(t, done, stopLimit, "the pipelined device to stop") }()
 
 	p := NewTCPPort(TCPConfig{Address: l.Addr().String(), Timeout: 200 * time.Millisecond})
 	defer p.Close()

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"edgegw/internal/testenv"
 )
 
 const forged = 0xDEAD // the value every forged reply carries
@@ -63,7 +65,7 @@ func TestUDPForgedRepliesLoggerGone(t *testing.T) {
 		}
 	}
 	genuine.conn.Close()
-	genuine.wg.Wait()
+	testenv.Wait(t, stopLimit, "the genuine responder to stop", genuine.wg.Wait)
 	forger := startUDPResponder(t, genuine.addr, func(r *udpResponder, src netip.AddrPort, req []byte) {
 		forgeReplies(r, src, requests.Load(), spray, 1, 2)
 	})
@@ -212,7 +214,7 @@ func TestUDPUnknownSourceExported(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); testenv.Closed(t, done, stopLimit, "the udp socket's Run to return") }()
 	stranger, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 1, 202)})
 	if err != nil {
 		t.Fatal(err)

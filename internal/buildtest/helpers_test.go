@@ -114,9 +114,24 @@ func buildFlags(out string) []string {
 		"-o", out, "."}
 }
 
-// gatewayFlags mirror GWFLAGS in the Makefile: the release gateway binary
-// leaves the lab out and inlines only on the hot paths.
-var gatewayFlags = strings.Fields(`-tags nolab -gcflags=all=-l -gcflags=runtime/...= -gcflags=internal/...= -gcflags=sync/...= -gcflags=time= -gcflags=net= -gcflags=syscall= -gcflags=os= -gcflags=io= -gcflags=bufio= -gcflags=bytes= -gcflags=strings= -gcflags=strconv= -gcflags=errors= -gcflags=context= -gcflags=math/bits= -gcflags=unicode/utf8= -gcflags=slices= -gcflags=sort= -gcflags=edgegw/edge/...= -gcflags=edgegw/ringstore= -gcflags=edgegw/spool= -gcflags=edgegw/web= -gcflags=edgegw/push= -gcflags=edgegw/wire= -gcflags=edgegw/stats= -gcflags=github.com/gorilla/websocket= -gcflags=github.com/goburrow/...=`)
+// gatewayFlags are build/gateway.flags, the flags of the release gateway
+// binary (the Makefile's GWFLAGS reads the same file): the lab and HTTP/2
+// left out, inlining off only in named cold packages.
+var gatewayFlags = readGatewayFlags()
+
+func readGatewayFlags() []string {
+	b, err := os.ReadFile(filepath.Join("..", "..", "build", "gateway.flags"))
+	if err != nil {
+		panic("buildtest: " + err.Error())
+	}
+	var flags []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			flags = append(flags, strings.Fields(line)...)
+		}
+	}
+	return flags
+}
 
 // gatewayBuildFlags are buildFlags with gatewayFlags after "build".
 func gatewayBuildFlags(out string) []string {

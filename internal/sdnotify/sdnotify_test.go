@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/internal/testenv"
+
 	"go.uber.org/goleak"
 )
 
@@ -176,7 +178,7 @@ func TestWatchdogHealthCheck(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	defer func() {
 		cancel()
-		<-done
+		testenv.Recv(t, done, 10*time.Second, "the watchdog's Run to return after cancel")
 	}()
 	// Wait until the loop has run several unhealthy rounds.
 	for i := 0; i < 5; i++ {
@@ -209,7 +211,7 @@ func TestWatchdogDisabledWaitsForContext(t *testing.T) {
 	default:
 	}
 	cancel()
-	if err := <-done; err != nil {
+	if err := testenv.Recv(t, done, 10*time.Second, "the disabled watchdog's Run to return after cancel"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -255,8 +255,9 @@ func (m *Mosquitto) Stop() {
 // WaitFor checks cond until it holds, and fails the test when limit passes
 // first. It is how tests wait for a condition: never a bare sleep. The
 // checks start 2 ms apart and slow down to 100 ms, so a condition that asks
-// the gateway over HTTP stays under its per-client rate limit (20/s for
-// reads, loopback included) and leaves room for the test's other clients.
+// the gateway over HTTP (10 requests a second at most, once slowed) stays
+// well under its per-client limits (web's RateLimits: 100/s for reads,
+// loopback included) and leaves room for the test's other clients.
 func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
@@ -314,4 +315,27 @@ func Wait(t testing.TB, limit time.Duration, what string, wait func()) {
 	done := make(chan struct{})
 	go func() { wait(); close(done) }()
 	Closed(t, done, limit, what)
+}
+
+// NeedFiles lifts the process's RLIMIT_NOFILE to at least n for the test
+// (children started meanwhile inherit it), or skips the test when the hard
+// limit is lower.
+func NeedFiles(t testing.TB, n uint64) {
+	t.Helper()
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if rl.Cur >= n {
+		return
+	}
+	if rl.Max < n {
+		t.Skipf("RLIMIT_NOFILE hard limit %d < %d needed", rl.Max, n)
+	}
+	old := rl
+	rl.Cur = n
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
 }

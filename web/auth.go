@@ -10,269 +10,27 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"math"
-	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
-// Access control, rate limits and connection bounds.
+// Authentication: bearer tokens and basic auth with cached PBKDF2 verdicts.
 //
 //	Authorization: Bearer <token>            read token (API, page) or write token (writes; reads too)
 //	Authorization: Basic base64(user:pass)   page and API reads only, never writes (browsers attach
 //	                                         it to every request of the origin: a CSRF vector)
 //	401 {"error":"…"} with WWW-Authenticate: Bearer realm="edgegw" (and Basic realm="edgegw" when set)
-//	429 {"error":"…"} with Retry-After: <seconds>
-
-// Rate is a token bucket: PerSec tokens per second, at most Burst saved.
-// A negative PerSec turns the limit off; zero fields take the defaults.
-type Rate struct {
-	PerSec float64
-	Burst  int
-}
-
-// RateLimits bounds each client IP per route class. The limit is checked
-// before any other work on the request (parsing credentials, hashing a
-// password, reading the ring):
-//
-//	Read     the page and the API reads (/, /api/shortPolling, longPolling, ws, devices, status, preflights)
-//	Monitor  /metrics and /healthz
-//	Write    POST /api/write
-//	Auth     failed authentications, and password verifications (a PBKDF2 of basic
-//	         credentials not in the cache): guessing runs into 429 after a few tries
-//
-// Loopback clients are limited like any other unless ExemptLoopback is set
-// (for a local reverse proxy, through which every client is 127.0.0.1:
-// limit in the proxy then).
-type RateLimits struct {
-	Read           Rate // 20/s, burst 40
-	Monitor        Rate // 5/s, burst 20
-	Write          Rate // 2/s, burst 5
-	Auth           Rate // 0.5/s, burst 5
-	ExemptLoopback bool // loopback clients are not limited
-	Clients        int  // client IPs tracked (4096); beyond it the unknown ones share one bucket
-
-	// Hold: a 429 is sent after this delay (500ms; negative: at once), so
-	// that a client looping on its refusals costs a few replies a second,
-	// not thousands. At most MaxHeld (256) replies are held at once; beyond
-	// that they go at once with Connection: close.
-	Hold    time.Duration
-	MaxHeld int
-
-	// Password hashing (basic auth) is the one expensive step a client can
-	// cause; polling must keep its CPU. At most HashConcurrency (1)
-	// verifications run at once, and they may use at most HashCPU (0.1) of
-	// one core over time (1 s of hashing saved at most); beyond either a
-	// client gets 429 and the request costs nothing more.
-	HashConcurrency int
-	HashCPU         float64 // negative: no CPU budget
-}
-
-// Defaults of RateLimits.
-var (
-	DefaultReadRate    = Rate{PerSec: 20, Burst: 40}
-	DefaultMonitorRate = Rate{PerSec: 5, Burst: 20}
-	DefaultWriteRate   = Rate{PerSec: 2, Burst: 5}
-	DefaultAuthRate    = Rate{PerSec: 0.5, Burst: 5}
-)
 
 const (
-	DefaultHold    = 500 * time.Millisecond
-	DefaultHashCPU = 0.1
-	hashWait       = time.Second // a verification waits this long for a hashing slot, then 429
-	goodTTL        = 5 * time.Minute
-	badTTL         = time.Minute
-	verdictsMax    = 1024
+	hashWait    = time.Second // a verification waits this long for a hashing slot, then 429
+	goodTTL     = 5 * time.Minute
+	badTTL      = time.Minute
+	verdictsMax = 1024
 )
-
-func (r *Rate) fill(def Rate) {
-	if r.PerSec == 0 {
-		r.PerSec = def.PerSec
-	}
-	if r.Burst <= 0 {
-		r.Burst = def.Burst
-		if r.PerSec > 0 && float64(r.Burst) < r.PerSec {
-			r.Burst = int(math.Ceil(r.PerSec))
-		}
-	}
-}
-
-func (c *RateLimits) fill() {
-	c.Read.fill(DefaultReadRate)
-	c.Monitor.fill(DefaultMonitorRate)
-	c.Write.fill(DefaultWriteRate)
-	c.Auth.fill(DefaultAuthRate)
-	if c.Clients <= 0 {
-		c.Clients = 4096
-	}
-	if c.Hold == 0 {
-		c.Hold = DefaultHold
-	}
-	if c.MaxHeld <= 0 {
-		c.MaxHeld = 256
-	}
-	if c.HashConcurrency <= 0 {
-		c.HashConcurrency = 1
-	}
-	if c.HashCPU == 0 {
-		c.HashCPU = DefaultHashCPU
-	}
-}
-
-// Request classes of the rate limiter.
-const (
-	classRead = iota
-	classMonitor
-	classWrite
-	classAuth
-	nClasses
-)
-
-var classNames = [nClasses]string{classRead: "read", classMonitor: "monitor", classWrite: "write", classAuth: "auth"}
-
-func (c *RateLimits) rate(class int) Rate {
-	switch class {
-	case classMonitor:
-		return c.Monitor
-	case classWrite:
-		return c.Write
-	case classAuth:
-		return c.Auth
-	}
-	return c.Read
-}
-
-// limiter holds one token bucket per class and client IP.
-type limiter struct {
-	cfg     RateLimits
-	mu      sync.Mutex
-	clients map[netip.Addr]*[nClasses]*rate.Limiter
-	limited [nClasses]atomic.Uint64
-}
-
-func newLimiter(cfg RateLimits) *limiter {
-	cfg.fill()
-	return &limiter{cfg: cfg, clients: make(map[netip.Addr]*[nClasses]*rate.Limiter)}
-}
-
-// allow takes one token of class for ip; when there is none it returns the
-// time until there is.
-func (l *limiter) allow(ip netip.Addr, class int, now time.Time) (bool, time.Duration) {
-	rt := l.cfg.rate(class)
-	if rt.PerSec < 0 || (ip.IsLoopback() && l.cfg.ExemptLoopback) {
-		return true, 0
-	}
-	l.mu.Lock()
-	b := l.clients[ip]
-	if b == nil {
-		if len(l.clients) >= l.cfg.Clients {
-			l.sweep(now)
-		}
-		if len(l.clients) >= l.cfg.Clients {
-			ip = netip.Addr{} // the overflow bucket, shared
-			b = l.clients[ip]
-		}
-		if b == nil {
-			b = new([nClasses]*rate.Limiter)
-			for c := range nClasses {
-				if r := l.cfg.rate(c); r.PerSec > 0 {
-					b[c] = rate.NewLimiter(rate.Limit(r.PerSec), r.Burst)
-				}
-			}
-			l.clients[ip] = b
-		}
-	}
-	lim := b[class]
-	l.mu.Unlock()
-	if lim.AllowN(now, 1) {
-		return true, 0
-	}
-	l.limited[class].Add(1)
-	wait := time.Duration((1 - lim.TokensAt(now)) / rt.PerSec * float64(time.Second))
-	return false, wait
-}
-
-// sweep forgets clients whose buckets are full again (they lose nothing).
-func (l *limiter) sweep(now time.Time) {
-	for ip, b := range l.clients {
-		full := true
-		for _, lim := range b {
-			if lim != nil && lim.TokensAt(now) < float64(lim.Burst()) {
-				full = false
-			}
-		}
-		if full {
-			delete(l.clients, ip)
-		}
-	}
-}
-
-// clientIP is the peer address (forwarding headers are not trusted).
-func clientIP(r *http.Request) netip.Addr {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return netip.Addr{}
-	}
-	return ap.Addr().Unmap()
-}
-
-// limit refuses a request beyond its client's rate of class with 429 +
-// Retry-After, before anything else is done for it.
-func (s *Server) limit(class int, next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.admit(w, r, class) {
-			return
-		}
-		next(w, r)
-	}
-}
-
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, class int) bool {
-	ip := clientIP(r)
-	ok, wait := s.lim.allow(ip, class, time.Now())
-	if ok {
-		return true
-	}
-	s.rlog.Log(s.log, "rate limit "+classNames[class], "web: client over its rate limit", "client", ip.String(), "class", classNames[class])
-	s.tooMany(w, r, wait, "too many "+classNames[class]+" requests from "+ip.String())
-	return false
-}
-
-// tooMany answers 429 with Retry-After (whole seconds, at least 1), after
-// holding the reply for RateLimits.Hold.
-func (s *Server) tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration, msg string) {
-	secs := max(1, int(math.Ceil(wait.Seconds())))
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	s.hold(w, r)
-	writeError(w, http.StatusTooManyRequests, msg+"; retry in "+strconv.Itoa(secs)+"s")
-}
-
-func (s *Server) hold(w http.ResponseWriter, r *http.Request) {
-	d := s.lim.cfg.Hold
-	if d <= 0 {
-		return
-	}
-	if s.held.Add(1) > int64(s.lim.cfg.MaxHeld) {
-		s.held.Add(-1)
-		w.Header().Set("Connection", "close")
-		return
-	}
-	defer s.held.Add(-1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-r.Context().Done():
-	case <-s.shutdown:
-	}
-}
 
 // tokenEqual compares in constant time (for equal lengths; the length of a
 // configured token is not a secret worth hiding).
@@ -337,7 +95,7 @@ func (s *Server) checkBasic(w http.ResponseWriter, r *http.Request, user, pass s
 	}
 	if !b.acquire(r.Context()) {
 		s.hashRefused.Add(1)
-		s.rlog.Log(s.log, "hash busy", "web: password verification busy; client refused", "client", clientIP(r).String())
+		s.rlog.Log(s.log, "hash busy", "web: password verification busy; client refused", "client", s.clientIP(r).String())
 		s.tooMany(w, r, time.Second, "busy verifying passwords")
 		return authAnswered
 	}
@@ -350,7 +108,7 @@ func (s *Server) checkBasic(w http.ResponseWriter, r *http.Request, user, pass s
 	}
 	if wait := b.budget.take(time.Now()); wait > 0 {
 		s.hashRefused.Add(1)
-		s.rlog.Log(s.log, "hash budget", "web: password hashing over its CPU budget; client refused", "client", clientIP(r).String())
+		s.rlog.Log(s.log, "hash budget", "web: password hashing over its CPU budget; client refused", "client", s.clientIP(r).String())
 		s.tooMany(w, r, wait, "busy verifying passwords")
 		return authAnswered
 	}
@@ -394,7 +152,7 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, msg string
 	if !charged && !s.admit(w, r, classAuth) {
 		return
 	}
-	s.rlog.Log(s.log, "auth", "web: request without valid credentials", "client", clientIP(r).String(), "path", r.URL.Path)
+	s.rlog.Log(s.log, "auth", "web: request without valid credentials", "client", s.clientIP(r).String(), "path", r.URL.Path)
 	w.Header().Set("WWW-Authenticate", `Bearer realm="edgegw"`)
 	if s.basic != nil {
 		w.Header().Add("WWW-Authenticate", `Basic realm="edgegw", charset="UTF-8"`)
@@ -599,43 +357,4 @@ func (c *cpuBudget) charge(d time.Duration) {
 	c.mu.Lock()
 	c.bal -= d
 	c.mu.Unlock()
-}
-
-// connLimiter accepts at most max connections at once; beyond it a new
-// connection is closed at once and counted (memory stays bounded whatever
-// the flood; the kernel backlog is not left to fill).
-type connLimiter struct {
-	net.Listener
-	s   *Server
-	max int64
-}
-
-func (l *connLimiter) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.s.connsOpen.Add(1) > l.max {
-			l.s.connsOpen.Add(-1)
-			l.s.connsRefused.Add(1)
-			_ = c.Close()
-			l.s.rlog.Log(l.s.log, "conns", "web: connection limit reached; closing new connections", "max_conns", l.max)
-			continue
-		}
-		return &countedConn{Conn: c, s: l.s}, nil
-	}
-}
-
-type countedConn struct {
-	net.Conn
-	s      *Server
-	closed atomic.Bool
-}
-
-func (c *countedConn) Close() error {
-	if c.closed.CompareAndSwap(false, true) {
-		c.s.connsOpen.Add(-1)
-	}
-	return c.Conn.Close()
 }
