@@ -143,16 +143,27 @@ func TestWebSocketQueueBudget(t *testing.T) {
 	wsUpgradeRaw(t, ts, first-1)
 	waitFor(t, 10*time.Second, "a blocked chunk counted", func() bool { return ts.Stats().WSQueuedBytes >= 8<<10 })
 
+	// Between two chunks the slow client holds nothing for a moment (the
+	// chunk before was written, the next not yet encoded): a snapshot that
+	// lands there fits and is served, rightly. So a few tries, each once
+	// the blocked chunk is counted again; one must be refused.
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
-	third, _, err := d.Dial(ts.wsURL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer third.Close()
-	_, err = readFrame(third, 10*time.Second)
-	var ce *websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != websocket.CloseTryAgainLater {
-		t.Fatalf("third client over the budget: %v, want close 1013", err)
+	var err error
+	for try := 0; ; try++ {
+		waitFor(t, 10*time.Second, "a blocked chunk counted", func() bool { return ts.Stats().WSQueuedBytes >= 8<<10 })
+		third, _, derr := d.Dial(ts.wsURL, nil)
+		if derr != nil {
+			t.Fatal(derr)
+		}
+		_, err = readFrame(third, 10*time.Second)
+		third.Close()
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) && ce.Code == websocket.CloseTryAgainLater {
+			break
+		}
+		if err != nil || try == 4 {
+			t.Fatalf("third client over the budget (try %d): %v, want close 1013", try+1, err)
+		}
 	}
 	if q := ts.Stats().WSQueuedBytes; q > budget {
 		t.Fatalf("%d bytes queued, over the budget of %d", q, budget)
