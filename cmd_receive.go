@@ -64,7 +64,7 @@ func cmdReceive(args []string) error {
 	defer stop()
 	err = r.Serve(ctx)
 	st := r.Stats()
-	fmt.Fprintf(os.Stderr, "received %d batches, %d new samples, %d duplicates, %d gaps (%d samples), %d epochs\n",
-		st.Batches, st.Samples, st.Duplicates, st.Gaps, st.GapSamples, st.Epochs)
+	fmt.Fprintf(os.Stderr, "received %d batches, %d new samples, %d duplicates, %d gaps (%d samples), %d losses (%d samples lost at the gateway), %d epochs\n",
+		st.Batches, st.Samples, st.Duplicates, st.Gaps, st.GapSamples, st.Losses, st.LostSamples, st.Epochs)
 	return err
 }

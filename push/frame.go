@@ -1,6 +1,7 @@
 package push
 
 import (
+	"sort"
 	"time"
 
 	"edgegw/ringstore"
@@ -33,6 +34,7 @@ type batcher struct {
 	until time.Time // linger deadline of the partial batch; zero when none
 	buf   []ringstore.Sample
 	skips []ringstore.Skip // the restart skips the batch from next crosses
+	loss  []wire.Loss      // the loss ranges it crosses (nil when none)
 }
 
 // next returns the batch to send now after the cursor, or nil (nothing
@@ -42,6 +44,7 @@ type batcher struct {
 func (b *batcher) next(q *spool.Queue, after uint64, now time.Time) []ringstore.Sample {
 	b.buf = q.PeekAfter(after, b.max, b.buf[:0])
 	b.skips = b.skips[:0]
+	b.loss = b.loss[:0]
 	if len(b.buf) == 0 {
 		return nil
 	}
@@ -59,8 +62,24 @@ func (b *batcher) next(q *spool.Queue, after uint64, now time.Time) []ringstore.
 		return nil
 	}
 	b.until = time.Time{}
+	ls := q.Losses(after, b.buf[len(b.buf)-1].Seq)
+	if len(ls) > wire.MaxLoss { // end the batch after the last loss it can carry
+		i := searchAfter(b.buf, ls[wire.MaxLoss-1].Last)
+		b.buf, ls = b.buf[:i+1], ls[:wire.MaxLoss]
+	}
+	for _, l := range ls {
+		if l.Last < b.buf[len(b.buf)-1].Seq {
+			b.loss = append(b.loss, wire.Loss{Epoch: ringstore.FormatEpoch(l.Epoch), First: l.First, Last: l.Last, Reason: l.Reason})
+		}
+	}
 	b.skips = append(b.skips, q.Skips(b.buf[0].Epoch, after, b.buf[len(b.buf)-1].Seq)...)
 	return b.buf
+}
+
+// searchAfter is the index of the first sample with seq > after (len(s)
+// when none; callers pass a seq below the last one).
+func searchAfter(s []ringstore.Sample, after uint64) int {
+	return sort.Search(len(s), func(i int) bool { return s[i].Seq > after })
 }
 
 // linger is how long the partial batch still waits (0 when it is due), or

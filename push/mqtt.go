@@ -188,7 +188,7 @@ func (p *Pusher) mqttSender(ctx, run context.Context, l *mqttLink) {
 			now := time.Now()
 			if batch := bt.next(p.q, after, now); batch != nil {
 				last := batch[len(batch)-1].Seq
-				tok := l.c.Publish(topic, m.QoS, false, wire.AppendBatch(nil, p.gwJSON, batch, p.cfg.TSMillis, skipRanges(bt.skips)))
+				tok := l.c.Publish(topic, m.QoS, false, wire.AppendBatchLoss(nil, p.gwJSON, batch, p.cfg.TSMillis, skipRanges(bt.skips), bt.loss))
 				inflight = append(inflight, pub{tok: tok, last: last, n: len(batch), sent: now})
 				after = last
 				continue

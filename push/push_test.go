@@ -512,3 +512,35 @@ func TestEpochBatchesAndReceiverState(t *testing.T) {
 		t.Fatalf("output %s", out.b.String())
 	}
 }
+
+// Drops at the bound of a new epoch's first samples travel as a loss
+// range with the batch that crosses them; the receiver reports them
+// (counted, apart from gaps), not a silent start of the epoch.
+func TestLossRangesInBatches(t *testing.T) {
+	q, _ := spool.Open(spool.Config{MaxBytes: 2048})
+	const e = 0x1111222233334444
+	for s := uint64(1); s <= 200; s += 4 {
+		b := make([]ringstore.Sample, 4)
+		for i := range b {
+			b[i] = ringstore.Sample{Seq: s + uint64(i), Epoch: e, Device: "d", Tag: fmt.Sprint("t", i), Value: 1, TS: 1}
+		}
+		q.Append(b)
+	}
+	dropped := q.Stats().Dropped
+	bt := batcher{max: 1000}
+	b := bt.next(q, 0, time.Now())
+	if dropped == 0 || len(b) == 0 || b[0].Seq != dropped+1 {
+		t.Fatalf("dropped %d, batch from %v", dropped, b[:min(1, len(b))])
+	}
+	want := wire.Loss{Epoch: "1111222233334444", First: 1, Last: dropped, Reason: wire.LossFull}
+	if len(bt.loss) != 1 || bt.loss[0] != want {
+		t.Fatalf("loss %+v, want %+v", bt.loss, want)
+	}
+	r := receiver.New(receiver.Config{})
+	if _, err := r.Ingest(wire.AppendBatchLoss(nil, []byte(`"gw"`), b, false, nil, bt.loss)); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Stats(); st.Losses != 1 || st.LostSamples != dropped || st.Gaps != 0 || st.Samples != uint64(len(b)) {
+		t.Fatalf("receiver stats %+v (dropped %d)", st, dropped)
+	}
+}

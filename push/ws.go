@@ -372,7 +372,7 @@ func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLas
 			now := time.Now()
 			if batch := bt.next(p.q, after, now); batch != nil {
 				last := batch[len(batch)-1].Seq
-				frame = wire.AppendBatch(frame[:0], p.gwJSON, batch, p.cfg.TSMillis, skipRanges(bt.skips))
+				frame = wire.AppendBatchLoss(frame[:0], p.gwJSON, batch, p.cfg.TSMillis, skipRanges(bt.skips), bt.loss)
 				sentLast.Store(last)
 				_ = conn.SetWriteDeadline(now.Add(wsWriteTimeout))
 				if err := conn.WriteMessage(websocket.TextMessage, frame); err != nil {

@@ -34,6 +34,20 @@ func (g *gwState) epoch(e string) *dedup {
 	return nil
 }
 
+// epochOrNew is epoch(e), or a new record for e (the oldest beyond
+// maxEpochs forgotten) and true.
+func (g *gwState) epochOrNew(e string, maxPending int) (*dedup, bool) {
+	if d := g.epoch(e); d != nil {
+		return d, false
+	}
+	d := &dedup{Epoch: e, max: maxPending}
+	g.Epochs = append(g.Epochs, d)
+	if len(g.Epochs) > maxEpochs {
+		g.Epochs = slices.Delete(g.Epochs, 0, len(g.Epochs)-maxEpochs)
+	}
+	return d, true
+}
+
 func (g *gwState) clone() *gwState {
 	c := &gwState{Gateway: g.Gateway, Current: g.Current, Epochs: make([]*dedup, len(g.Epochs))}
 	for i, d := range g.Epochs {
@@ -101,9 +115,11 @@ func (r *Receiver) saveState(g *gwState) error {
 type dedup struct {
 	Epoch   string       `json:"epoch"`
 	Started bool         `json:"started"`
-	HWM     uint64       `json:"hwm"`   // every seq <= HWM has been seen (or given up)
-	Top     uint64       `json:"top"`   // highest seq seen
-	Above   []wire.Range `json:"above"` // sorted, disjoint, not adjacent, all above HWM+1
+	HWM     uint64       `json:"hwm"`              // every seq <= HWM has been seen (or given up)
+	Top     uint64       `json:"top"`              // highest seq seen
+	Above   []wire.Range `json:"above"`            // sorted, disjoint, not adjacent, all above HWM+1
+	Lost    uint64       `json:"lost,omitempty"`   // samples the gateway reported lost (loss ranges, seqs not seen before)
+	Losses  []lossRecord `json:"losses,omitempty"` // the latest loss ranges reported (at most maxLossRecords)
 	max     int
 }
 
@@ -133,6 +149,52 @@ func (d *dedup) skip(a, b uint64) (gap wire.Range) {
 		return gap
 	}
 	return d.insert(a, b)
+}
+
+// maxLossRecords bounds the loss ranges kept in a state file per epoch.
+const maxLossRecords = 64
+
+// lossRecord is a loss range as the state file keeps it.
+type lossRecord struct {
+	First  uint64 `json:"first"`
+	Last   uint64 `json:"last"`
+	Lost   uint64 `json:"lost"` // of them not seen before
+	Reason string `json:"reason"`
+}
+
+// lose records [a,b] as lost at the gateway: it returns how many of its
+// seqs were not seen (those are the loss) and the hole it opens above the
+// highest seq seen (a real gap), and counts the range as seen.
+func (d *dedup) lose(a, b uint64, reason string) (lost uint64, gap wire.Range) {
+	lost = d.unseen(a, b)
+	gap = d.skip(a, b)
+	d.Lost += lost
+	if lost > 0 {
+		d.Losses = append(d.Losses, lossRecord{First: a, Last: b, Lost: lost, Reason: reason})
+		if len(d.Losses) > maxLossRecords {
+			d.Losses = slices.Delete(d.Losses, 0, len(d.Losses)-maxLossRecords)
+		}
+	}
+	return lost, gap
+}
+
+// unseen counts the seqs of [a,b] not seen yet.
+func (d *dedup) unseen(a, b uint64) uint64 {
+	if !d.Started {
+		return b - a + 1
+	}
+	a = max(a, d.HWM+1)
+	if a > b {
+		return 0
+	}
+	n := b - a + 1
+	for _, r := range d.Above {
+		lo, hi := max(r.First, a), min(r.Last, b)
+		if lo <= hi {
+			n -= hi - lo + 1
+		}
+	}
+	return n
 }
 
 func (d *dedup) seen(seq uint64) bool {

@@ -2,7 +2,8 @@
 // the demo's and the soak's receiver): a WebSocket server at /ingest that
 // checks the gateways' bearer token, acks every batch after writing it,
 // dedups by (gateway, epoch, seq) with state files that survive its own
-// restarts, reports gaps and new epochs, ingests batches that came another
+// restarts, reports gaps, the loss ranges a gateway announces (counted apart
+// from gaps, with their reason) and new epochs, ingests batches that came another
 // way (MQTT), and sends write commands to connected gateways.
 //
 // It is a server, and the protocol's reference implementation: the frames

@@ -49,6 +49,7 @@ type Stats struct {
 	Batches, Samples     uint64 // batches acked; new samples written
 	Duplicates           uint64 // samples received again and not written
 	Gaps, GapSamples     uint64 // holes seen in a gateway's seq (within one epoch), and their size
+	Losses, LostSamples  uint64 // loss ranges the gateways reported (with seqs not seen), and the samples they lost
 	Epochs               uint64 // (gateway, epoch) pairs seen for the first time
 	BadFrames            uint64
 	Gateways             int
@@ -85,6 +86,7 @@ type Receiver struct {
 	nextID   atomic.Uint64
 
 	connections, refused, batches, samples, dups, gaps, gapSamples, bad, epochs atomic.Uint64
+	losses, lostSamples                                                         atomic.Uint64
 	answers, unknownAnswers                                                     atomic.Uint64
 }
 
@@ -396,13 +398,8 @@ func (r *Receiver) ingestBatch(f *wire.Batch) (last uint64, err error) {
 	defer r.mu.Unlock()
 	g := r.state(f.Gateway)
 	saved := g.clone() // restored if the samples cannot be written: nothing acked, nothing marked seen
-	d := g.epoch(f.Epoch)
-	if d == nil {
-		d = &dedup{Epoch: f.Epoch, max: r.cfg.MaxPending}
-		g.Epochs = append(g.Epochs, d)
-		if len(g.Epochs) > maxEpochs {
-			g.Epochs = slices.Delete(g.Epochs, 0, len(g.Epochs)-maxEpochs)
-		}
+	d, isNew := g.epochOrNew(f.Epoch, r.cfg.MaxPending)
+	if isNew {
 		r.epochs.Add(1)
 		if g.Current != f.Epoch {
 			r.log.Info("receiver: new epoch", "gateway", f.Gateway, "old_epoch", g.Current, "new_epoch", f.Epoch, "first", f.First)
@@ -420,12 +417,49 @@ func (r *Receiver) ingestBatch(f *wire.Batch) (last uint64, err error) {
 		gapSamples += gap.Last - gap.First + 1
 		r.log.Warn("receiver: gap in sequence", "gateway", f.Gateway, "epoch", f.Epoch, "first", gap.First, "last", gap.Last, "missing", gap.Last-gap.First+1)
 	}
-	si := 0
+	var losses, lostSamples uint64
+	cur := d
+	lose := func(d *dedup, epoch string, l wire.Loss) {
+		n, gap := d.lose(l.First, l.Last, l.Reason)
+		if d == cur {
+			gapped(gap) // a hole below the loss, in an older epoch, is not this batch's to tell
+		}
+		if n > 0 {
+			losses++
+			lostSamples += n
+			r.log.Warn("receiver: samples lost at the gateway", "gateway", f.Gateway, "epoch", epoch, "first", l.First, "last", l.Last,
+				"lost", n, "reason", l.Reason)
+		}
+	}
+	// Losses of another (older) epoch first: their seqs lie below the batch's.
+	for _, l := range f.Loss {
+		if l.Epoch != f.Epoch {
+			od, _ := g.epochOrNew(l.Epoch, r.cfg.MaxPending)
+			lose(od, l.Epoch, l)
+		}
+	}
+	if g.epoch(f.Epoch) == nil { // the batch's epoch stays the most recently used
+		g.Epochs = append(g.Epochs, d)
+	}
+	si, li := 0, 0
 	for i := range f.Samples {
 		s := &f.Samples[i]
-		for si < len(f.Skip) && f.Skip[si].Last < s.Seq { // a skip is applied where it lies
-			gapped(d.skip(f.Skip[si].First, f.Skip[si].Last))
-			si++
+		for { // skips and losses are applied where they lie, in seq order
+			skipDue := si < len(f.Skip) && f.Skip[si].Last < s.Seq
+			lossDue := li < len(f.Loss) && f.Loss[li].Last < s.Seq
+			if skipDue && (!lossDue || f.Skip[si].First <= f.Loss[li].First) {
+				k := f.Skip[si]
+				gapped(d.skip(k.First, k.Last))
+				r.log.Info("receiver: restart skip (numbers never given to a sample)", "gateway", f.Gateway, "epoch", f.Epoch, "first", k.First, "last", k.Last)
+				si++
+			} else if lossDue {
+				if f.Loss[li].Epoch == f.Epoch {
+					lose(d, f.Epoch, f.Loss[li])
+				}
+				li++
+			} else {
+				break
+			}
 		}
 		isNew, gap := d.add(s.Seq)
 		gapped(gap)
@@ -453,6 +487,8 @@ func (r *Receiver) ingestBatch(f *wire.Batch) (last uint64, err error) {
 	r.dups.Add(dup)
 	r.gaps.Add(gaps)
 	r.gapSamples.Add(gapSamples)
+	r.losses.Add(losses)
+	r.lostSamples.Add(lostSamples)
 	return f.Last, nil
 }
 
@@ -465,6 +501,7 @@ func (r *Receiver) Stats() Stats {
 		Connections: r.connections.Load(), Refused: r.refused.Load(),
 		Batches: r.batches.Load(), Samples: r.samples.Load(), Duplicates: r.dups.Load(),
 		Gaps: r.gaps.Load(), GapSamples: r.gapSamples.Load(), BadFrames: r.bad.Load(), Gateways: n,
+		Losses: r.losses.Load(), LostSamples: r.lostSamples.Load(),
 		Epochs:       r.epochs.Load(),
 		WriteAnswers: r.answers.Load(), UnknownAnswers: r.unknownAnswers.Load(),
 	}

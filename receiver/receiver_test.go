@@ -381,3 +381,51 @@ func TestReceiverWrite(t *testing.T) {
 		t.Fatalf("gone: %v", err)
 	}
 }
+
+// Loss ranges are counted and logged apart from gaps, once, only for the
+// seqs not seen; a loss of an older epoch goes to that epoch; the state
+// keeps them.
+func TestReceiverLossRanges(t *testing.T) {
+	o := newOut(t)
+	dir := t.TempDir()
+	r := New(Config{Out: o, Logger: logger(t), StateDir: dir})
+	mk := func(e uint64, from, to uint64, loss ...wire.Loss) []byte {
+		var s []ringstore.Sample
+		for i := from; i <= to; i++ {
+			s = append(s, ringstore.Sample{Seq: i, Epoch: e, Device: "d", Tag: "t", Value: float64(i), TS: int64(i)})
+		}
+		return wire.AppendBatchLoss(nil, []byte(`"`+gwID+`"`), s, false, nil, loss)
+	}
+	e1, e2 := ringstore.FormatEpoch(1), ringstore.FormatEpoch(2)
+	for _, f := range [][]byte{
+		mk(1, 1, 10),
+		mk(1, 21, 30, wire.Loss{Epoch: e1, First: 11, Last: 20, Reason: wire.LossCrash}), // 10 lost, no gap
+		mk(1, 21, 30, wire.Loss{Epoch: e1, First: 11, Last: 20, Reason: wire.LossCrash}), // resent: counted once
+		mk(1, 41, 45, wire.Loss{Epoch: e1, First: 5, Last: 35, Reason: wire.LossFull}),   // 31..35 new: 5 lost, gap 36..40
+		mk(2, 61, 62, wire.Loss{Epoch: e1, First: 46, Last: 50, Reason: wire.LossCrash}, // an older epoch's tail
+			wire.Loss{Epoch: e2, First: 51, Last: 60, Reason: wire.LossFull}), // the new epoch's start: no silent drop
+	} {
+		if _, err := r.Ingest(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := r.Stats()
+	if st.Losses != 4 || st.LostSamples != 10+5+5+10 || st.Gaps != 1 || st.GapSamples != 5 || st.Samples != 27 {
+		t.Fatalf("stats %+v", st)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, gwID+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g gwState
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	lost := map[string]uint64{}
+	for _, d := range g.Epochs {
+		lost[d.Epoch] = d.Lost
+	}
+	if lost[e1] != 20 || lost[e2] != 10 {
+		t.Fatalf("state lost %v", lost)
+	}
+}

@@ -25,7 +25,7 @@ const (
 	segSuffix = ".seg"
 )
 
-type run struct{ first, last uint64 }
+type run struct{ first, last, epoch uint64 }
 
 // segment is one file of records; its samples are runs of consecutive seqs.
 type segment struct {
@@ -58,12 +58,12 @@ func (s *segment) countAbove(h uint64) int64 {
 	return n
 }
 
-func (s *segment) add(first, last uint64) {
-	if n := len(s.runs); n > 0 && s.runs[n-1].last+1 == first {
+func (s *segment) add(first, last, epoch uint64) {
+	if n := len(s.runs); n > 0 && s.runs[n-1].last+1 == first && s.runs[n-1].epoch == epoch {
 		s.runs[n-1].last = last
 		return
 	}
-	s.runs = append(s.runs, run{first, last})
+	s.runs = append(s.runs, run{first, last, epoch})
 }
 
 type cursor struct {
@@ -102,6 +102,10 @@ type diskStore struct {
 
 	errLogged atomic.Int64 // unix ns of the last throttled error line
 
+	hmu    sync.Mutex // the handed file
+	hf     *os.File
+	hdirty bool
+
 	// open opens a segment for reading: os.Open, or a test's fault.
 	open func(path string) (*os.File, error)
 	// fsync syncs a segment file: (*os.File).Sync, or a test's slow disk.
@@ -114,8 +118,14 @@ var _ store = (*diskStore)(nil)
 type recovered struct {
 	head    uint64           // the ack mark
 	skips   []ringstore.Skip // restart skips not yet acknowledged
+	losses  []Loss           // loss ranges not yet acknowledged (file queue.loss)
+	found   []Loss           // new losses: handed-out seqs held nowhere (recoverLosses)
 	corrupt uint64           // records skipped because their checksum failed
 	bytes   int64            // cut from torn or corrupt segment tails
+
+	handed, handedEpoch, handedFirst uint64 // the handed mark: highest seq handed off, its epoch, the run's first
+	handedOK                         bool   // the handed file was read
+	minSeg                           uint64 // the lowest segment name (first seq), 0 if none
 }
 
 // openDisk opens (or creates) the directory and scans it: every segment,
@@ -150,6 +160,14 @@ func (d *diskStore) recover(rec *recovered) error {
 		}
 	}
 	rec.skips = readSkips(filepath.Join(d.dir, skipFile), d.log)
+	rec.losses = readLosses(filepath.Join(d.dir, lossFile), d.log)
+	var herr error
+	rec.handed, rec.handedEpoch, rec.handedFirst, rec.handedOK, herr = readHanded(filepath.Join(d.dir, handedFile))
+	if herr != nil {
+		d.log.Error("spool: handed mark unreadable; samples lost in the crash before this start cannot be counted",
+			"file", filepath.Join(d.dir, handedFile), "err", herr)
+	}
+	var cuts []cut
 	entries, err := os.ReadDir(d.dir)
 	if err != nil {
 		return fmt.Errorf("spool: %w", err)
@@ -168,7 +186,10 @@ func (d *diskStore) recover(rec *recovered) error {
 			d.log.Warn("spool: ignoring a file that is not a segment", "file", path)
 			continue
 		}
-		s, err := d.scanSegment(path, first, rec)
+		if rec.minSeg == 0 || first < rec.minSeg {
+			rec.minSeg = first
+		}
+		s, err := d.scanSegment(path, first, rec, &cuts)
 		if err != nil {
 			return err
 		}
@@ -180,6 +201,7 @@ func (d *diskStore) recover(rec *recovered) error {
 		}
 		d.segs = append(d.segs, s)
 	}
+	d.recoverLosses(rec, cuts)
 	return nil
 }
 
@@ -188,7 +210,7 @@ func (d *diskStore) recover(rec *recovered) error {
 // Corrupt and logged with the file and offset; the records after it are
 // kept. Only an incomplete record, or a length that cannot be right, ends
 // the segment: the file is cut there (a torn tail; counted in Recovered).
-func (d *diskStore) scanSegment(path string, first uint64, rec *recovered) (*segment, error) {
+func (d *diskStore) scanSegment(path string, first uint64, rec *recovered, cuts *[]cut) (*segment, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
@@ -201,7 +223,7 @@ func (d *diskStore) scanSegment(path string, first uint64, rec *recovered) (*seg
 			l := int(binary.LittleEndian.Uint32(b[off:]) &^ lenEpoch)
 			rec.corrupt++
 			d.badRecs[cursor{path: path, off: int64(off)}] = struct{}{}
-			d.log.Error("spool: corrupt record skipped (checksum)", "file", path, "offset", off, "bytes", recordHeader+l, "after_seq", s.last())
+			d.log.Error("spool: corrupt record skipped (checksum); its samples are counted lost", "file", path, "offset", off, "bytes", recordHeader+l, "after_seq", s.last())
 			off += recordHeader + l
 			continue
 		}
@@ -209,19 +231,22 @@ func (d *diskStore) scanSegment(path string, first uint64, rec *recovered) (*seg
 			err = fmt.Errorf("record seq %d not after %d", f, s.last())
 		}
 		if err != nil {
-			cut := int64(len(b) - off)
 			why := "torn tail (partial last record)"
 			if !errors.Is(err, errShort) {
 				why = "corrupt record: " + err.Error()
 			}
-			d.log.Warn("spool: cut segment tail", "file", path, "offset", off, "bytes", cut, "why", why)
+			c := cut{path: path, off: int64(off), bytes: int64(len(b) - off), why: why, after: s.last()}
+			if c.after == 0 {
+				c.after = first - 1
+			}
+			*cuts = append(*cuts, c)
 			if terr := os.Truncate(path, int64(off)); terr != nil {
 				return nil, fmt.Errorf("spool: cut %s at %d: %w", path, off, terr)
 			}
-			rec.bytes += cut
+			rec.bytes += c.bytes
 			break
 		}
-		s.add(f, f+uint64(n)-1)
+		s.add(f, f+uint64(n)-1, recordEpoch(b[off:]))
 		off += size
 	}
 	s.size = int64(off)
@@ -258,7 +283,7 @@ func (d *diskStore) write(rec []ringstore.Sample) error {
 	}
 	d.dirty = true
 	d.mu.Lock()
-	d.active.add(rec[0].Seq, rec[len(rec)-1].Seq)
+	d.active.add(rec[0].Seq, rec[len(rec)-1].Seq, rec[0].Epoch)
 	d.active.size += int64(len(d.enc))
 	d.mu.Unlock()
 	return nil
@@ -330,6 +355,7 @@ func (d *diskStore) syncer() func() {
 	f := d.wf
 	d.dirty, d.inflight = false, f
 	return func() {
+		d.syncHanded() // the handed mark first: on disk it is never below a synced sample
 		err := d.fsync(f)
 		d.fmu.Lock()
 		defer d.fmu.Unlock()
@@ -350,6 +376,7 @@ func (d *diskStore) close() {
 	if d.wf != nil {
 		d.closeActive()
 	}
+	d.closeHanded()
 }
 
 // read reads the segments holding samples > after, using the cursor to
@@ -485,10 +512,10 @@ func (d *diskStore) usage(head uint64) usage {
 
 // oldest drops whole samples, the oldest first, no more than the excess at
 // each segment's bytes per sample.
-func (d *diskStore) oldest(head uint64, excess int64) ([]SeqRange, int64) {
+func (d *diskStore) oldest(head uint64, excess int64) ([]Loss, int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var drop []SeqRange
+	var drop []Loss
 	for _, s := range d.segs {
 		if excess <= 0 {
 			break
@@ -508,7 +535,7 @@ func (d *diskStore) oldest(head uint64, excess int64) ([]SeqRange, int64) {
 			}
 			f := max(r.first, head+1)
 			m := min(k, r.last-f+1)
-			drop = append(drop, SeqRange{f, f + m - 1})
+			drop = append(drop, Loss{Epoch: r.epoch, First: f, Last: f + m - 1, Reason: LossFull})
 			head = f + m - 1
 			k -= m
 			excess -= int64(m) * per
@@ -577,27 +604,9 @@ func (d *diskStore) saveAck(head uint64) error {
 }
 
 func readSkips(path string, log *slog.Logger) []ringstore.Skip {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		if !os.IsNotExist(err) {
-			log.Warn("spool: restart skips unreadable", "file", path, "err", err)
-		}
-		return nil
-	}
 	var out []ringstore.Skip
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			continue
-		}
-		e, err1 := ringstore.ParseEpoch(f[0])
-		a, err2 := strconv.ParseUint(f[1], 10, 64)
-		z, err3 := strconv.ParseUint(f[2], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || a > z {
-			log.Warn("spool: bad line in restart skips ignored", "file", path, "line", line)
-			continue
-		}
-		out = append(out, ringstore.Skip{Epoch: e, First: a, Last: z})
+	for _, l := range readRangeFile(path, "restart skips", log) {
+		out = append(out, ringstore.Skip{Epoch: l.Epoch, First: l.First, Last: l.Last})
 	}
 	return out
 }
@@ -605,16 +614,61 @@ func readSkips(path string, log *slog.Logger) []ringstore.Skip {
 // saveSkips replaces the skips file (one "epoch first last" line each;
 // not synced: a lost skip only makes a receiver report a gap).
 func (d *diskStore) saveSkips(skips []ringstore.Skip) error {
+	r := make([]Loss, len(skips))
+	for i, k := range skips {
+		r[i] = Loss{Epoch: k.Epoch, First: k.First, Last: k.Last}
+	}
+	return saveRangeFile(filepath.Join(d.dir, skipFile), r)
+}
+
+// readRangeFile reads a file of "epoch first last [reason]" lines (the
+// skips, the losses); a bad line is logged and ignored.
+func readRangeFile(path, what string, log *slog.Logger) []Loss {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			log.Warn("spool: "+what+" unreadable", "file", path, "err", err)
+		}
+		return nil
+	}
+	var out []Loss
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 && len(f) != 4 {
+			continue
+		}
+		e, err1 := ringstore.ParseEpoch(f[0])
+		a, err2 := strconv.ParseUint(f[1], 10, 64)
+		z, err3 := strconv.ParseUint(f[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || a > z {
+			log.Warn("spool: bad line in "+what+" ignored", "file", path, "line", line)
+			continue
+		}
+		l := Loss{Epoch: e, First: a, Last: z}
+		if len(f) == 4 {
+			l.Reason = f[3]
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// saveRangeFile replaces a file of "epoch first last [reason]" lines:
+// temporary file, rename, not synced.
+func saveRangeFile(path string, r []Loss) error {
 	var b []byte
-	for _, k := range skips {
-		b = ringstore.AppendEpoch(b, k.Epoch)
+	for _, l := range r {
+		b = ringstore.AppendEpoch(b, l.Epoch)
 		b = append(b, ' ')
-		b = strconv.AppendUint(b, k.First, 10)
+		b = strconv.AppendUint(b, l.First, 10)
 		b = append(b, ' ')
-		b = strconv.AppendUint(b, k.Last, 10)
+		b = strconv.AppendUint(b, l.Last, 10)
+		if l.Reason != "" {
+			b = append(b, ' ')
+			b = append(b, l.Reason...)
+		}
 		b = append(b, '\n')
 	}
-	path := filepath.Join(d.dir, skipFile)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o640); err != nil {
 		_ = os.Remove(tmp)

@@ -6,7 +6,12 @@
 // acknowledgement, the MaxBytes bound with every drop counted and located,
 // falling back to memory while the disk refuses writes, recovery at open
 // (torn tails cut, corrupt records skipped and counted), the fsync policy,
-// the ack mark and the restart skips kept beside the segments.
+// the ack mark and the restart skips kept beside the segments, and the
+// loss accounting: the handed mark (the highest seq handed to the queue,
+// kept apart from the last durable one) and the loss ranges (seqs handed
+// to samples and then lost: cut by a crash, dropped at the bound, not
+// writable at shutdown), kept until a batch that crosses them is
+// acknowledged, so that no loss is silent.
 //
 // It never numbers samples (ringstore's Sequence does), never sends or
 // serves anything, and never decides what is acknowledged (the sender

@@ -53,6 +53,9 @@ type Stats struct {
 	Dropped       uint64     // samples dropped (bound exceeded, not writable at shutdown, handed off after Close)
 	Corrupt       uint64     // records skipped because their checksum failed (logged with file and offset)
 	DroppedRanges []SeqRange // where the drops were (first 1024 ranges)
+	Lost          uint64     // samples in loss ranges (handed out, never to be sent: Dropped, and what a crash took), since Open
+	LossForgotten uint64     // samples of loss ranges forgotten beyond the 4096 kept (a receiver sees them as a plain gap)
+	Losses        []Loss     // the loss ranges not yet sent and acknowledged
 	Recovered     int64      // bytes cut from torn or corrupt segment tails at open
 	Segments      int        // segment files
 }
@@ -100,7 +103,18 @@ type Stats struct {
 // FsyncInterval (each flush with FsyncAlways) and at Close, so after a
 // crash a few already-acknowledged samples may be sent again — receivers
 // dedup by (gateway, epoch, seq) — but an unacknowledged sample is never
-// skipped.
+// skipped. Loss is never silent: the handed mark (file queue.handed, the
+// highest seq handed off, written by one pwrite before each write and
+// synced with the segment) is kept apart from the last durable seq, so at
+// Open every seq up to it that no segment holds (a torn or corrupt tail
+// cut, a record skipped, samples that were only in memory) becomes a Loss
+// (LossCrash) of its epoch, logged with the samples a cut removed; drops
+// at the bound and at shutdown are losses too (LossFull, LossUnwritten).
+// Losses (file queue.loss) are sent with the batch that crosses them
+// (Losses) until it is acknowledged. With FsyncBatched a power cut (not a
+// SIGKILL: the page cache survives that) can also take the handed mark's
+// last write; the samples handed out after its last sync are then taken
+// for never used (a skip), which FsyncAlways excludes.
 //
 // When fsync happens (never without Dir):
 //   - FsyncBatched: Run's goroutine syncs the active segment at most every
@@ -133,34 +147,43 @@ type Queue struct {
 	cache   int  // written samples kept in memory for Peek: cacheSamples on disk, 0 in memory
 	kick    chan struct{}
 
-	mu        sync.Mutex
-	head      uint64 // acknowledged (or dropped) up to here
-	mem       fifo   // handed off: cached written samples, then unwritten ones
-	written   int    // mem's first written samples are in the store
-	storeOnly uint64 // samples with seq <= storeOnly may be in the store only
-	pendBytes int64  // estBytes of the unwritten samples (mem after written)
-	writtenTo uint64 // every handed-off sample up to here is written (or was acked)
-	diskErr   error  // the write error that put the queue in memory; nil = writing
-	lastErr   error  // the last write error since Open, kept after a success (WriteHealth)
-	lastErrAt time.Time
-	diskSince time.Time
-	diskLog   time.Time // last "still in memory" line
-	diskRetry time.Time // no write attempt before this while diskErr is set
-	diskWait  time.Duration
-	dropLog   time.Time // last "full, dropped" line
-	dropLogN  uint64    // samples dropped since
-	dropped   uint64
-	ranges    []SeqRange
-	recovered int64
-	corrupt   uint64
-	wake      chan struct{}
-	closed    bool
-	oldestFor uint64 // head for which oldestTS is valid (+1; 0 = invalid)
-	oldestTS  int64
-	skips     []ringstore.Skip // numbers never given to a sample (restarts), oldest first
+	mu          sync.Mutex
+	head        uint64 // acknowledged (or dropped) up to here
+	mem         fifo   // handed off: cached written samples, then unwritten ones
+	written     int    // mem's first written samples are in the store
+	storeOnly   uint64 // samples with seq <= storeOnly may be in the store only
+	pendBytes   int64  // estBytes of the unwritten samples (mem after written)
+	writtenTo   uint64 // every handed-off sample up to here is written (or was acked)
+	diskErr     error  // the write error that put the queue in memory; nil = writing
+	lastErr     error  // the last write error since Open, kept after a success (WriteHealth)
+	lastErrAt   time.Time
+	diskSince   time.Time
+	diskLog     time.Time // last "still in memory" line
+	diskRetry   time.Time // no write attempt before this while diskErr is set
+	diskWait    time.Duration
+	dropLog     time.Time // last "full, dropped" line
+	dropLogN    uint64    // samples dropped since
+	dropped     uint64
+	ranges      []SeqRange
+	recovered   int64
+	corrupt     uint64
+	wake        chan struct{}
+	closed      bool
+	oldestFor   uint64 // head for which oldestTS is valid (+1; 0 = invalid)
+	oldestTS    int64
+	skips       []ringstore.Skip // numbers never given to a sample (restarts), oldest first
+	losses      []Loss           // numbers given to samples that were lost, oldest first
+	lossDirty   bool             // losses changed since saved
+	lost        uint64
+	lossForgot  uint64
+	handed      uint64 // the highest seq handed off (or, at open, the handed mark)
+	handedEpoch uint64
+	runFirst    uint64 // the first seq handed off by this process
 
 	wmu  sync.Mutex // the writer
 	wbuf []ringstore.Sample
+
+	handedSaved uint64 // the handed mark written (wmu)
 
 	fmu          sync.Mutex // one flush at a time (Run's, Close's): its sync and ack-mark state
 	lastSync     time.Time
@@ -208,6 +231,11 @@ func Open(cfg Config) (*Queue, error) {
 	d, rec, err := openDisk(cfg, seg)
 	q.st, q.durable, q.cache = d, true, cacheSamples
 	q.head, q.ackSaved, q.skips, q.corrupt, q.recovered = rec.head, rec.head, rec.skips, rec.corrupt, rec.bytes
+	q.handed, q.handedEpoch, q.handedSaved = rec.handed, rec.handedEpoch, rec.handed
+	q.losses = rec.losses
+	for _, l := range rec.found {
+		q.addLossLocked(l)
+	}
 	q.storeOnly = d.usage(q.head).last
 	if err != nil {
 		q.degrade(err) // a read-only or failing data_dir: the gateway runs, the queue keeps to memory
@@ -236,8 +264,14 @@ func (q *Queue) HandOff(batch []ringstore.Sample) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := len(batch)
+	if last := batch[n-1].Seq; last > q.handed {
+		q.handed, q.handedEpoch = last, batch[n-1].Epoch
+	}
+	if q.runFirst == 0 {
+		q.runFirst = batch[0].Seq
+	}
 	if q.closed {
-		q.addDrop(batch[0].Seq, batch[n-1].Seq, uint64(n))
+		q.addDrop(Loss{Epoch: batch[0].Epoch, First: batch[0].Seq, Last: batch[n-1].Seq, Reason: LossUnwritten}, uint64(n))
 		q.log.Error("spool: samples after close dropped", "samples", n, "first", batch[0].Seq)
 		return
 	}
@@ -288,6 +322,9 @@ func (q *Queue) Persist(last uint64) {
 // reports whether more are waiting. While the disk fails it tries only
 // when the backoff has passed (or force, at shutdown).
 func (q *Queue) writeOnce(force bool) bool {
+	if q.durable {
+		q.saveHanded() // first, and even while the disk refuses records (a full disk still takes it)
+	}
 	q.mu.Lock()
 	if q.diskErr != nil && !force && time.Now().Before(q.diskRetry) {
 		q.mu.Unlock()
@@ -406,14 +443,19 @@ func (q *Queue) QueueHealth() (ok bool, reason string) {
 	return true, ""
 }
 
-func (q *Queue) addDrop(first, last, n uint64) {
+// addDrop counts a drop and records it as a loss range (mu held). A
+// range may hold seqs that were never handed out (a skip): n counts the
+// samples.
+func (q *Queue) addDrop(l Loss, n uint64) {
 	q.dropped += n
-	if k := len(q.ranges); k > 0 && q.ranges[k-1].Last+1 == first {
-		q.ranges[k-1].Last = last
+	q.addLossLocked(l)
+	q.lost -= l.Last - l.First + 1 - n
+	if k := len(q.ranges); k > 0 && q.ranges[k-1].Last+1 == l.First {
+		q.ranges[k-1].Last = l.Last
 		return
 	}
 	if len(q.ranges) < maxDropRanges {
-		q.ranges = append(q.ranges, SeqRange{first, last})
+		q.ranges = append(q.ranges, SeqRange{l.First, l.Last})
 	}
 }
 
@@ -431,7 +473,7 @@ func (q *Queue) keepBoundLocked() {
 	var n uint64
 	drop, excess := q.st.oldest(q.head, excess)
 	for _, r := range drop {
-		q.addDrop(r.First, r.Last, r.Last-r.First+1)
+		q.addDrop(r, r.Last-r.First+1)
 		n += r.Last - r.First + 1
 		q.head = r.Last
 	}
@@ -440,7 +482,7 @@ func (q *Queue) keepBoundLocked() {
 	for excess > 0 && q.written == 0 && q.mem.len() > 0 {
 		s := q.mem.front()
 		if s.Seq > q.head {
-			q.addDrop(s.Seq, s.Seq, 1)
+			q.addDrop(Loss{Epoch: s.Epoch, First: s.Seq, Last: s.Seq, Reason: LossFull}, 1)
 			q.head = s.Seq
 			n++
 		}
@@ -473,8 +515,9 @@ func (q *Queue) releaseLocked() {
 // Stats returns the queue's counters.
 func (q *Queue) Stats() Stats {
 	q.mu.Lock()
-	st := Stats{Acked: q.head, Dropped: q.dropped, Corrupt: q.corrupt, Recovered: q.recovered}
+	st := Stats{Acked: q.head, Dropped: q.dropped, Corrupt: q.corrupt, Recovered: q.recovered, Lost: q.lost, LossForgotten: q.lossForgot}
 	st.DroppedRanges = append([]SeqRange(nil), q.ranges...)
+	st.Losses = append([]Loss(nil), q.losses...)
 	u := q.st.usage(q.head)
 	st.Samples, st.Bytes, st.Segments = u.samples, u.bytes, u.segments
 	unwritten := q.mem.items()[q.written:]
@@ -575,6 +618,7 @@ func (q *Queue) flush(final bool) {
 		q.ackSaved, q.lastAckWrite = head, now
 		q.pruneSkips(head)
 	}
+	q.pruneLosses(q.ackSaved) // saves new losses too
 }
 
 // logErr logs a failed save at most every 10 seconds (fmu held).
@@ -628,7 +672,7 @@ func (q *Queue) Close() error {
 	var lost uint64
 	for _, s := range q.mem.items()[q.written:] {
 		if s.Seq > q.head {
-			q.addDrop(s.Seq, s.Seq, 1)
+			q.addDrop(Loss{Epoch: s.Epoch, First: s.Seq, Last: s.Seq, Reason: LossUnwritten}, 1)
 			lost++
 		}
 	}
@@ -759,8 +803,11 @@ func (q *Queue) readStore(after, upto uint64, n int, dst []ringstore.Sample) (_ 
 	return dst, false
 }
 
-// LastSeq is the highest sequence number the queue holds or has
-// acknowledged (0 when it never held one): the Sequence starts above it.
+// LastSeq is the highest sequence number the queue holds, has
+// acknowledged or was handed (the handed mark: seqs handed out and lost
+// in a crash included; 0 when it never held one): the Sequence starts
+// above it, and a restart's skip starts above it, so a skip never covers
+// a seq that was given to a sample.
 func (q *Queue) LastSeq() uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -768,12 +815,13 @@ func (q *Queue) LastSeq() uint64 {
 	if n := q.mem.len(); n > 0 {
 		last = max(last, q.mem.at(n-1).Seq)
 	}
-	return last
+	return max(last, q.handed)
 }
 
 // Resume tells the queue where this run's numbering starts: when epoch
-// continues and first is above the queue's last seq + 1, the numbers in
-// between were reserved by the previous run and never used. That skip is
+// continues and first is above LastSeq + 1, the numbers in between were
+// reserved by the previous run and never handed out (LastSeq counts the
+// handed mark: what was handed out and lost is a Loss, found at Open). That skip is
 // kept (file queue.skips) until acknowledged and sent with the batch that
 // crosses it (Skips), so a receiver does not report it as a gap.
 func (q *Queue) Resume(epoch, first uint64, continued bool) {

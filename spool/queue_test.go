@@ -73,6 +73,20 @@ func checkSeqs(t *testing.T, got []ringstore.Sample, from, to uint64) {
 	}
 }
 
+// oneSegment is the only segment file in dir and its bytes.
+func oneSegment(t *testing.T, dir string) (string, []byte) {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+	if len(m) != 1 {
+		t.Fatalf("segments %v", m)
+	}
+	b, err := os.ReadFile(m[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[0], b
+}
+
 // diskOf is q's disk store, for a test's fault or look inside.
 func diskOf(q *Queue) *diskStore { return q.st.(*diskStore) }
 
@@ -829,17 +843,10 @@ func TestQueueCorruptRecordSkipped(t *testing.T) {
 		q.Append(mkBatch(s, 1, 10)) // one record each
 	}
 	q.Close()
-	m, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
-	if len(m) != 1 {
-		t.Fatalf("segments %v", m)
-	}
-	b, err := os.ReadFile(m[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	seg, b := oneSegment(t, dir)
 	l := int(binary.LittleEndian.Uint32(b) &^ lenEpoch)
 	b[recordHeader+l+recordHeader+5] ^= 0xff // inside the second record's payload
-	if err := os.WriteFile(m[0], b, 0o600); err != nil {
+	if err := os.WriteFile(seg, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	q = openQ(t, Config{Dir: dir})

@@ -164,6 +164,15 @@ var (
 	errChecksum = errors.New("record checksum mismatch")
 )
 
+// recordEpoch is the epoch of a record recordSpan accepted (0 for a record
+// written before epochs).
+func recordEpoch(b []byte) uint64 {
+	if binary.LittleEndian.Uint32(b)&lenEpoch == 0 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[recordHeader:])
+}
+
 // recordSpan reads a record header at the start of b and checks its CRC. It
 // returns the record's total size, first seq and sample count. errShort means
 // b ends inside the record (a torn tail when b is the rest of a file).

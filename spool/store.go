@@ -36,7 +36,7 @@ type store interface {
 	// oldest is what the bound drops of the store to free excess bytes:
 	// the oldest whole samples above head (ranges, oldest first), and
 	// the excess they leave.
-	oldest(head uint64, excess int64) ([]SeqRange, int64)
+	oldest(head uint64, excess int64) ([]Loss, int64)
 	// release forgets everything up to head (acknowledged or dropped),
 	// without I/O: the files go at the next checkpoint.
 	release(head uint64)
@@ -45,6 +45,11 @@ type store interface {
 	checkpoint(head uint64, mark bool) error
 	// saveSkips replaces the restart skips kept with the queue.
 	saveSkips(skips []ringstore.Skip) error
+	// saveLosses replaces the loss ranges kept with the queue.
+	saveLosses(losses []Loss) error
+	// saveHanded records the highest seq handed to the queue (its epoch,
+	// and the first seq of this run): cheap, called on every write.
+	saveHanded(seq, epoch, first uint64) error
 	// close closes the files; a write after it opens a new segment.
 	close()
 }
@@ -134,16 +139,16 @@ func (m *memStore) usage(head uint64) usage {
 	return u
 }
 
-func (m *memStore) oldest(head uint64, excess int64) ([]SeqRange, int64) {
+func (m *memStore) oldest(head uint64, excess int64) ([]Loss, int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var drop []SeqRange
+	var drop []Loss
 	for i := m.q.search(head); i < m.q.len() && excess > 0; i++ {
 		s := m.q.at(i)
-		if k := len(drop); k > 0 && drop[k-1].Last+1 == s.Seq {
+		if k := len(drop); k > 0 && drop[k-1].Last+1 == s.Seq && drop[k-1].Epoch == s.Epoch {
 			drop[k-1].Last = s.Seq
 		} else {
-			drop = append(drop, SeqRange{s.Seq, s.Seq})
+			drop = append(drop, Loss{Epoch: s.Epoch, First: s.Seq, Last: s.Seq, Reason: LossFull})
 		}
 		excess -= estBytes(s)
 	}
@@ -161,4 +166,6 @@ func (m *memStore) release(head uint64) {
 
 func (m *memStore) checkpoint(uint64, bool) error    { return nil }
 func (m *memStore) saveSkips([]ringstore.Skip) error { return nil }
+func (m *memStore) saveLosses([]Loss) error          { return nil }
+func (m *memStore) saveHanded(_, _, _ uint64) error  { return nil }
 func (m *memStore) close()                           {}

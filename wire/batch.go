@@ -19,6 +19,26 @@ const DefaultMaxBatch = 10000
 // MaxSkips bounds the skip ranges of one batch.
 const MaxSkips = 64
 
+// MaxLoss bounds the loss ranges of one batch.
+const MaxLoss = 64
+
+// Loss reasons a gateway sends (a receiver shows any other as it comes).
+const (
+	LossCrash     = "crash"     // gone after a restart: a torn or corrupt tail cut, or held only in memory when the gateway died
+	LossFull      = "full"      // dropped at the gateway's queue bound (buffer.max_bytes), the oldest first
+	LossUnwritten = "unwritten" // not writable at the gateway's shutdown (disk failing)
+)
+
+// Loss is a range of seqs that were given to samples the gateway lost:
+// First..Last of Epoch (16 hex digits), with the reason. In JSON
+// {"epoch":"…","first":a,"last":b,"reason":"…"}.
+type Loss struct {
+	Epoch  string `json:"epoch"`
+	First  uint64 `json:"first"`
+	Last   uint64 `json:"last"`
+	Reason string `json:"reason"`
+}
+
 // ProtocolError is a frame that does not follow the protocol. Frame names
 // it: "batch", "ack", "uplink" (anything a gateway reads from its uplink),
 // "write" (a write body of the local API).
@@ -64,6 +84,13 @@ func (r *Range) UnmarshalJSON(b []byte) error {
 // skips are the ranges of the epoch the batch crosses that were never given
 // to a sample.
 func AppendBatch(b, gateway []byte, samples []ringstore.Sample, ms bool, skips []Range) []byte {
+	return AppendBatchLoss(b, gateway, samples, ms, skips, nil)
+}
+
+// AppendBatchLoss is AppendBatch with the loss ranges the batch crosses:
+// seqs given to samples the gateway lost (at most MaxLoss; Reason without
+// characters JSON escapes).
+func AppendBatchLoss(b, gateway []byte, samples []ringstore.Sample, ms bool, skips []Range, loss []Loss) []byte {
 	b = append(b, `{"type":"batch","v":2,"gateway":`...)
 	b = append(b, gateway...)
 	b = append(b, `,"epoch":"`...)
@@ -83,6 +110,24 @@ func AppendBatch(b, gateway []byte, samples []ringstore.Sample, ms bool, skips [
 				b = append(b, ',')
 			}
 			b = k.append(b)
+		}
+		b = append(b, ']')
+	}
+	if len(loss) > 0 {
+		b = append(b, `,"loss":[`...)
+		for i, l := range loss {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"epoch":"`...)
+			b = append(b, l.Epoch...)
+			b = append(b, `","first":`...)
+			b = strconv.AppendUint(b, l.First, 10)
+			b = append(b, `,"last":`...)
+			b = strconv.AppendUint(b, l.Last, 10)
+			b = append(b, `,"reason":"`...)
+			b = append(b, l.Reason...)
+			b = append(b, `"}`...)
 		}
 		b = append(b, ']')
 	}
@@ -108,6 +153,7 @@ type Batch struct {
 	First   uint64
 	Last    uint64
 	Skip    []Range
+	Loss    []Loss // seqs of samples the gateway lost; Epoch "" = the batch's
 	Samples []ringstore.Sample
 }
 
@@ -121,6 +167,7 @@ type fromGateway struct {
 	First   uint64          `json:"first"`
 	Last    uint64          `json:"last"`
 	Skip    []Range         `json:"skip"`
+	Loss    []Loss          `json:"loss"`
 	Samples json.RawMessage `json:"samples"`
 	TSUnit  string          `json:"ts_unit"` // "ms": ts in milliseconds; else µs
 	WriteAnswer
@@ -162,7 +209,7 @@ func (raw *fromGateway) batch(max int) (*Batch, error) {
 	if n := CountElements(raw.Samples); n > max {
 		return nil, protoErr("batch", "%d samples (at most %d)", n, max)
 	}
-	f := Batch{V: raw.V, Gateway: raw.Gateway, Epoch: raw.Epoch, First: raw.First, Last: raw.Last, Skip: raw.Skip}
+	f := Batch{V: raw.V, Gateway: raw.Gateway, Epoch: raw.Epoch, First: raw.First, Last: raw.Last, Skip: raw.Skip, Loss: raw.Loss}
 	if len(raw.Samples) > 0 {
 		if err := json.Unmarshal(raw.Samples, &f.Samples); err != nil {
 			return nil, &ProtocolError{Frame: "batch", Msg: err.Error()}
@@ -195,6 +242,8 @@ func (f *Batch) check() error {
 		return protoErr("batch", "version 2 without an epoch")
 	case len(f.Skip) > MaxSkips:
 		return protoErr("batch", "%d skip ranges (at most %d)", len(f.Skip), MaxSkips)
+	case len(f.Loss) > MaxLoss:
+		return protoErr("batch", "%d loss ranges (at most %d)", len(f.Loss), MaxLoss)
 	}
 	if f.Epoch != "" {
 		if _, err := ringstore.ParseEpoch(f.Epoch); err != nil {
@@ -204,6 +253,20 @@ func (f *Batch) check() error {
 	for _, k := range f.Skip {
 		if k.First > k.Last || k.Last >= f.Last {
 			return protoErr("batch", "skip [%d,%d] is not a range below last %d", k.First, k.Last, f.Last)
+		}
+	}
+	for i := range f.Loss {
+		l := &f.Loss[i]
+		if l.First > l.Last || l.Last >= f.Last {
+			return protoErr("batch", "loss [%d,%d] is not a range below last %d", l.First, l.Last, f.Last)
+		}
+		if l.Epoch == "" {
+			l.Epoch = f.Epoch
+		} else if _, err := ringstore.ParseEpoch(l.Epoch); err != nil {
+			return &ProtocolError{Frame: "batch", Msg: "loss: " + err.Error()}
+		}
+		if len(l.Reason) > 64 {
+			return protoErr("batch", "loss reason of %d bytes (at most 64)", len(l.Reason))
 		}
 	}
 	for i := 1; i < len(f.Samples); i++ {

@@ -71,11 +71,30 @@
 //     epoch, below last, that were never given to a sample — what a restart
 //     skipped of the block the previous run had reserved. Sent with the
 //     batch that crosses them.
+//   - loss (only when there is one; at most MaxLoss; AppendBatchLoss):
+//     ranges of seqs, below last, that WERE given to samples the gateway
+//     then lost, counted and with the reason, so that a receiver reports
+//     them as a gap, with the reason, instead of a silent hole (layout
+//     below). epoch is the lost samples' epoch (it may be an older one than the
+//     batch's: seqs increase across epochs); reason is LossCrash ("crash":
+//     a power cut or SIGKILL took them — a torn or corrupt tail cut, or
+//     samples only in memory while the disk failed), LossFull ("full":
+//     dropped at the queue bound, oldest first, also at an epoch's start)
+//     or LossUnwritten ("unwritten": not writable at shutdown); a receiver
+//     shows any other reason as it comes. Sent with the batch that crosses
+//     them (its end lies below the batch's last), again after a reconnect
+//     until that batch is acknowledged. A seq is never both in a loss range
+//     and in a skip range; a sample in a loss range that does arrive (a
+//     batch in flight when the bound dropped it) is a duplicate, not a loss.
 //   - ts_unit "ms" (only with the gateway's ts_unit = "ms", right after the
 //     epoch): every ts of the batch is in milliseconds. ParseBatch turns
 //     them back into microseconds.
 //
-// Version 1 frames (no v, no epoch, no skip) are the epoch "".
+// A batch's loss field:
+//
+//	"loss":[{"epoch":"9f3c04e1a2b3c4d5","first":1048617,"last":1048640,"reason":"crash"}]
+//
+// Version 1 frames (no v, no epoch, no skip, no loss) are the epoch "".
 //
 // Receiver → gateway, the ack (AppendAck), cumulative: everything up to
 // last is stored. Only acknowledged samples leave the gateway's queue; it
@@ -91,9 +110,13 @@
 // and ranges above it); count skip ranges as seen; write a sample only if
 // its (gateway, epoch, seq) is new; ack last only after the batch is
 // stored. A hole in the seqs is a gap only inside one epoch and outside the
-// skip ranges; a new epoch is not a gap. An old receiver that ignores v,
-// epoch and skip keeps working (dedup by seq only: after a wiped data_dir
-// it would take the new numbers for duplicates).
+// skip ranges; a new epoch is not a gap. A loss range is a gap the gateway
+// reports: count the seqs of it not seen yet as lost (with the reason),
+// then count them as seen, so the hole is reported once, as a loss, and not
+// again as an unexplained gap. An old receiver that ignores v, epoch, skip
+// and loss keeps working (dedup by seq only: after a wiped data_dir it
+// would take the new numbers for duplicates; a loss shows there as a gap
+// without its reason).
 //
 // The reference receiver writes one line per new sample, the sample with
 // the gateway and the epoch in front (AppendStored):

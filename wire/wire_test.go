@@ -54,6 +54,8 @@ func TestFrameLayouts(t *testing.T) {
 			`{"type":"batch","v":2,"gateway":"gw-01","epoch":"` + epochHex + `","first":41,"last":45,"samples":` + docArray + `}`},
 		{"batch ms skip", AppendBatch(nil, gw, s, true, []Range{{11, 20}, {43, 43}}),
 			`{"type":"batch","v":2,"gateway":"gw-01","epoch":"` + epochHex + `","ts_unit":"ms","first":41,"last":45,"skip":[[11,20],[43,43]],"samples":` + docArrayMS + `}`},
+		{"batch loss", AppendBatchLoss(nil, gw, s, false, []Range{{11, 20}}, []Loss{{Epoch: epochHex, First: 21, Last: 40, Reason: LossCrash}, {Epoch: epochHex, First: 43, Last: 43, Reason: LossFull}}),
+			`{"type":"batch","v":2,"gateway":"gw-01","epoch":"` + epochHex + `","first":41,"last":45,"skip":[[11,20]],"loss":[{"epoch":"` + epochHex + `","first":21,"last":40,"reason":"crash"},{"epoch":"` + epochHex + `","first":43,"last":43,"reason":"full"}],"samples":` + docArray + `}`},
 		{"ack", AppendAck(nil, 42), `{"type":"ack","last":42}`},
 		{"write", AppendWriteCommand(nil, "7", "boiler-plc", "setpoint", 42.5),
 			`{"type":"write","id":"7","device":"boiler-plc","tag":"setpoint","value":42.5}`},
@@ -108,6 +110,15 @@ func TestParseBatchReadsTheLayout(t *testing.T) {
 			}
 		}
 	}
+	loss := []Loss{{Epoch: "0000000000000007", First: 3, Last: 9, Reason: LossCrash}, {Epoch: epochHex, First: 42, Last: 42, Reason: "full"}}
+	f, err := ParseBatch(AppendBatchLoss(nil, []byte(`"gw-01"`), s, false, nil, loss), DefaultMaxBatch)
+	if err != nil || len(f.Loss) != 2 || f.Loss[0] != loss[0] || f.Loss[1] != loss[1] {
+		t.Fatalf("loss: %+v %v", f, err)
+	}
+	noEpoch := `{"type":"batch","v":2,"gateway":"g","epoch":"` + epochHex + `","first":5,"last":5,"loss":[{"first":2,"last":4,"reason":"crash"}],"samples":[{"seq":5,"device":"d","tag":"t","value":1,"quality":"good","ts":1}]}`
+	if f, err := ParseBatch([]byte(noEpoch), 10); err != nil || f.Loss[0].Epoch != epochHex {
+		t.Fatalf("a loss without epoch is the batch's: %+v %v", f, err)
+	}
 	b, a, err := ParseFromGateway(AppendBatch(nil, []byte(`"g"`), s[:1], false, nil), 10)
 	if err != nil || a != nil || b == nil || b.Last != 41 {
 		t.Fatalf("from gateway, batch: %+v %+v %v", b, a, err)
@@ -136,6 +147,9 @@ func TestParseBatchRefuses(t *testing.T) {
 		{`{"type":"batch","v":2,"gateway":"g","epoch":"xyz","first":1,"last":1,"samples":[` + smp(1) + `]}`, "epoch"},
 		{`{"type":"batch","gateway":"g","first":5,"last":5,"skip":[[3,5]],"samples":[` + smp(5) + `]}`, "skip [3,5]"},
 		{`{"type":"batch","gateway":"g","first":5,"last":5,"skip":[[4,3]],"samples":[` + smp(5) + `]}`, "skip [4,3]"},
+		{`{"type":"batch","gateway":"g","first":5,"last":5,"loss":[{"first":3,"last":5}],"samples":[` + smp(5) + `]}`, "loss [3,5]"},
+		{`{"type":"batch","gateway":"g","first":5,"last":5,"loss":[{"first":4,"last":3}],"samples":[` + smp(5) + `]}`, "loss [4,3]"},
+		{`{"type":"batch","gateway":"g","first":5,"last":5,"loss":[{"epoch":"zz","first":1,"last":3}],"samples":[` + smp(5) + `]}`, "loss: "},
 		{`{"type":"batch","gateway":"g","first":1,"last":1,"ts_unit":"s","samples":[` + smp(1) + `]}`, "ts_unit"},
 		{`{"type":"batch","gateway":"g","first":1,"last":3,"samples":[` + smp(1) + `,` + smp(2) + `,` + smp(3) + `]}`, "3 samples (at most 2)"},
 		{`{"type":"batch","gateway":"g","samples":{"seq":1}}`, "cannot unmarshal"},
