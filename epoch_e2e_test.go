@@ -250,6 +250,22 @@ func (r *epochRig) waitDelivered(g *runningGW, first uint64, limit time.Duration
 
 var gapsRE = regexp.MustCompile(`(\d+) gaps \((\d+) samples\)`)
 
+// lossRE reads the receiver's totals of loss ranges: seqs the gateway
+// reported lost (dropped at its bound, a crash's tail), apart from gaps.
+var lossRE = regexp.MustCompile(`(\d+) losses \((\d+) samples lost at the gateway\)`)
+
+// receiverLost is the number of samples the stopped receiver counted as
+// reported lost by the gateway.
+func (r *epochRig) receiverLost() uint64 {
+	r.t.Helper()
+	m := lossRE.FindStringSubmatch(r.recv.log())
+	if m == nil {
+		r.t.Fatalf("receiver printed no loss totals:\n%s", r.recv.log())
+	}
+	n, _ := strconv.ParseUint(m[2], 10, 64)
+	return n
+}
+
 // stopReceiverGaps stops the receiver with SIGTERM and returns the gaps it
 // reported and the samples they hold.
 func (r *epochRig) stopReceiverGaps() (gaps, samples uint64) {
