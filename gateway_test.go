@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,17 +204,6 @@ func adapt(t *testing.T, body, dir, closed string) string {
 	return body
 }
 
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // readmeConfigs are the ```toml blocks of README.md.
 func readmeConfigs(t *testing.T) []string {
 	t.Helper()
@@ -274,7 +262,7 @@ func TestCheckRunSameVerdict(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := filepath.Join(dir, "edgegw.toml")
-			if err := os.WriteFile(cfg, []byte(adapt(t, c.body, dir, closedAddr(t))), 0o600); err != nil {
+			if err := os.WriteFile(cfg, []byte(adapt(t, c.body, dir, refusedAddr(t))), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			check, run := checkVerdict(t, cfg), runVerdict(t, cfg)
