@@ -62,8 +62,8 @@ test: lint gotest ## the whole suite: lint, go test -race on every package, 2000
 gotest: ## go test -race ./..., fuzz-brief and test-qemu in two lanes side by side (build/testlanes.sh), then each package's time
 	GO=$(GO) MAKE=$(MAKE) TESTFLAGS="$(TESTFLAGS)" SCHED_PKGS="$(SCHED_PKGS)" build/testlanes.sh $(TESTLOG)
 
-test-loaded: ## make test with one CPU-bound process beside it for the whole run (started and stopped here)
-	build/loaded.sh $(MAKE) --no-print-directory test
+test-loaded: ## make test with one CPU-bound process beside it for the whole run (started and stopped here); no cached test result counts
+	build/loaded.sh $(MAKE) --no-print-directory test TESTFLAGS="$(TESTFLAGS) -count=1"
 
 test-full: ## the long versions make test shortens: the 2-minute soak (EDGEGW_FULL=1)
 	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestSoak$$' ./bench/
