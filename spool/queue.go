@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"edgegw/internal/backoff"
 	"edgegw/ringstore"
 )
 
@@ -90,7 +91,7 @@ type Stats struct {
 // read-only file system, I/O error) the queue keeps new samples in memory
 // (Mode "memory (disk: <error>)", QueueHealth false), MaxBytes bounding disk
 // and memory together, logs the change once and then at most once a
-// minute, and Run retries the disk with backoff (0.5 s to 10 s): the first
+// minute, and Run retries the disk with jittered backoff (0.5 s to 10 s): the first
 // write that succeeds takes the queue back to disk by itself. What is still
 // in memory at Close is counted as dropped and logged. A read error while
 // sending (EIO, EMFILE) is retried with backoff (100 ms to 30 s) and never
@@ -158,11 +159,10 @@ type Queue struct {
 	lastErr     error  // the last write error since Open, kept after a success (WriteHealth)
 	lastErrAt   time.Time
 	diskSince   time.Time
-	diskLog     time.Time // last "still in memory" line
-	diskRetry   time.Time // no write attempt before this while diskErr is set
-	diskWait    time.Duration
-	dropLog     time.Time // last "full, dropped" line
-	dropLogN    uint64    // samples dropped since
+	diskLog     time.Time    // last "still in memory" line
+	diskGate    backoff.Gate // no write attempt before its Until while diskErr is set
+	dropLog     time.Time    // last "full, dropped" line
+	dropLogN    uint64       // samples dropped since
 	dropped     uint64
 	ranges      []SeqRange
 	recovered   int64
@@ -191,11 +191,10 @@ type Queue struct {
 	lastAckWrite time.Time
 	errLogged    time.Time
 
-	rmu       sync.Mutex    // the store's reader and its retry state
-	readErr   error         // the last read error, nil after a good read
-	readRetry time.Time     // no store read before this (backoff after a read error)
-	readWait  time.Duration // current backoff
-	readLog   time.Time     // last read error logged
+	rmu      sync.Mutex   // the store's reader and its retry state
+	readErr  error        // the last read error, nil after a good read
+	readGate backoff.Gate // no store read before its Until (after a read error)
+	readLog  time.Time    // last read error logged
 }
 
 // Open opens (or creates) the queue in cfg.Dir and recovers what is on
@@ -219,7 +218,9 @@ func Open(cfg Config) (*Queue, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	q := &Queue{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), wake: make(chan struct{})}
+	q := &Queue{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), wake: make(chan struct{}),
+		diskGate: backoff.Gate{Delay: backoff.Delay{Min: 500 * time.Millisecond, Max: 10 * time.Second}},
+		readGate: backoff.Gate{Delay: backoff.Delay{Min: 100 * time.Millisecond, Max: 30 * time.Second}}}
 	if cfg.Dir == "" {
 		q.st = new(memStore)
 		return q, nil
@@ -326,7 +327,7 @@ func (q *Queue) writeOnce(force bool) bool {
 		q.saveHanded() // first, and even while the disk refuses records (a full disk still takes it)
 	}
 	q.mu.Lock()
-	if q.diskErr != nil && !force && time.Now().Before(q.diskRetry) {
+	if q.diskErr != nil && !force && q.diskGate.Wait(time.Now()) > 0 {
 		q.mu.Unlock()
 		return false
 	}
@@ -366,7 +367,8 @@ func (q *Queue) writeOnce(force bool) bool {
 	if done > skip && q.diskErr != nil {
 		q.log.Info("spool: writing to disk again", "dir", q.cfg.Dir, "after", errText(q.diskErr),
 			"in_memory", q.mem.len()-q.written, "dropped_total", q.dropped, "since", q.diskSince.Format(time.RFC3339))
-		q.diskErr, q.diskWait = nil, 0
+		q.diskErr = nil
+		q.diskGate.OK()
 	}
 	for q.written > q.cache {
 		q.storeOnly = max(q.storeOnly, q.mem.front().Seq)
@@ -384,8 +386,7 @@ func (q *Queue) writeOnce(force bool) bool {
 func (q *Queue) degrade(err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.diskWait = min(max(2*q.diskWait, 500*time.Millisecond), 10*time.Second)
-	q.diskRetry = time.Now().Add(q.diskWait)
+	q.diskGate.Failed(time.Now())
 	if q.diskErr == nil {
 		q.diskSince, q.diskLog = time.Now(), time.Now()
 		q.log.Error("spool: disk write failed; keeping samples in memory (bounded by max_bytes) and retrying",
@@ -771,13 +772,13 @@ func (q *Queue) peekMem(after uint64, n int, dst []ringstore.Sample) []ringstore
 }
 
 // readStore reads from the store (rmu): after an open or read error it
-// backs off (100 ms doubling to 30 s) and reports failed; the error may be
+// backs off (100 ms doubling to 30 s, jittered) and reports failed; the error may be
 // transient (EIO, EMFILE), so nothing is deleted or skipped. Logged at the
 // first error and then at most once a minute.
 func (q *Queue) readStore(after, upto uint64, n int, dst []ringstore.Sample) (_ []ringstore.Sample, failed bool) {
 	q.rmu.Lock()
 	defer q.rmu.Unlock()
-	if time.Now().Before(q.readRetry) {
+	if q.readGate.Wait(time.Now()) > 0 {
 		return dst, true
 	}
 	dst, corrupt, err := q.st.read(after, upto, n, dst)
@@ -787,10 +788,9 @@ func (q *Queue) readStore(after, upto uint64, n int, dst []ringstore.Sample) (_ 
 		q.mu.Unlock()
 	}
 	if err != nil {
-		q.readWait = min(max(2*q.readWait, 100*time.Millisecond), 30*time.Second)
-		q.readRetry = time.Now().Add(q.readWait)
+		wait := q.readGate.Failed(time.Now())
 		if q.readErr == nil || time.Since(q.readLog) >= time.Minute {
-			q.log.Error("spool: read failed; retrying (nothing deleted)", "err", err, "retry_in", q.readWait)
+			q.log.Error("spool: read failed; retrying (nothing deleted)", "err", err, "retry_in", wait)
 			q.readLog = time.Now()
 		}
 		q.readErr = err
@@ -798,7 +798,8 @@ func (q *Queue) readStore(after, upto uint64, n int, dst []ringstore.Sample) (_ 
 	}
 	if q.readErr != nil {
 		q.log.Info("spool: reading the queue again", "dir", q.cfg.Dir, "after", q.readErr)
-		q.readErr, q.readWait = nil, 0
+		q.readErr = nil
+		q.readGate.OK()
 	}
 	return dst, false
 }
