@@ -68,6 +68,27 @@ func (g *gateway) release() {
 	}
 }
 
+// consume registers every reader of the ring's batches, in one place and
+// in this order: the push queue, the Sparkplug queue (their hand-offs under
+// the ring's lock, their disk writes after it), then the history.
+func (g *gateway) consume() error {
+	var cs []ringstore.Consumer
+	if g.queue != nil {
+		cs = append(cs, g.queue.Consumer("queue"))
+	}
+	if g.spb != nil {
+		cs = append(cs, g.spb.queue.Consumer("sparkplug_queue"))
+	}
+	hist := g.hist
+	cs = append(cs, ringstore.Consumer{Name: "history", After: func(b []ringstore.Sample, _ uint64) { hist.Add(b) }})
+	for _, c := range cs {
+		if err := g.ring.Consume(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // build fills g; on an error release undoes what it did.
 func (g *gateway) build(c *conf.Config, log *slog.Logger) error {
 	// The queue first: the sequence starts above the highest seq it holds,
@@ -94,7 +115,7 @@ func (g *gateway) build(c *conf.Config, log *slog.Logger) error {
 	if g.hist, err = history.Open(historyConfig(c, func() []stats.Entry { return g.sched.Devices() }, log.With("pkg", "history"))); err != nil {
 		return err
 	}
-	if g.sched, err = newScheduler(c, teeSink{g.ring, g.hist}, g.acq, log.With("pkg", "edge")); err != nil {
+	if g.sched, err = newScheduler(c, g.ring, g.acq, log.With("pkg", "edge")); err != nil {
 		return err
 	}
 	log.Info("ring sized", "samples", size, "resume_window", window.Round(time.Second))
@@ -111,14 +132,15 @@ func (g *gateway) build(c *conf.Config, log *slog.Logger) error {
 		return err
 	}
 	if g.queue != nil {
-		g.ring.OnAppend(g.queue.HandOff)    // under the ring's lock: memory only
-		g.ring.AfterAppend(g.queue.Persist) // after it: the disk write
 		g.up = new(stats.Upstream)
 		if g.push, err = newPusher(c, g.queue, g.ring.Snapshot, g.sched.Devices, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
 			return err
 		}
 	}
 	if err = g.addSparkplug(c, edgeWriter{g.sched}, log.With("pkg", "sparkplug")); err != nil {
+		return err
+	}
+	if err = g.consume(); err != nil {
 		return err
 	}
 	g.web = web.New(web.Config{
@@ -266,7 +288,7 @@ func (g *gateway) markRemoved(devices []edge.DeviceConfig, now time.Time) (int, 
 			polled[[2]string{d.Name, t.Name}] = true
 		}
 	}
-	sink := teeSink{g.ring, g.hist}
+	sink := g.ring
 	var batch []ringstore.Sample
 	flush := func() error {
 		if len(batch) == 0 {

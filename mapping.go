@@ -131,23 +131,6 @@ func historyConfig(c *conf.Config, devices func() []stats.Entry, log *slog.Logge
 	return hc
 }
 
-// teeSink hands each poll's samples to the ring (which numbers them) and
-// then to the history.
-type teeSink struct {
-	ring *ringstore.Ring
-	hist *history.Store
-}
-
-func (t teeSink) Append(batch []ringstore.Sample) (first, last uint64, err error) {
-	first, last, err = t.ring.Append(batch)
-	if err == nil {
-		t.hist.Add(batch)
-	}
-	return first, last, err
-}
-
-var _ edge.Sink = teeSink{}
-
 // webLimits maps [http] exempt_loopback and [http.limits] onto web's
 // RateLimits (zero fields are web's defaults, negative ones "no limit").
 func webLimits(h conf.HTTP) web.RateLimits {

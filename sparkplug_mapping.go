@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 
 	"edgegw/conf"
-	"edgegw/ringstore"
 	"edgegw/sparkplug"
 	"edgegw/spool"
 	"edgegw/stats"
@@ -73,21 +72,7 @@ func (g *gateway) addSparkplug(c *conf.Config, w sparkplug.Writer, log *slog.Log
 		return err
 	}
 	g.spb = &sparkplugParts{queue: q, node: node}
-	// Both queues as the push queue alone (gateway.go): the hand-off under
-	// the ring's lock, the disk writes after it.
-	push := g.queue
-	g.ring.OnAppend(func(b []ringstore.Sample) {
-		if push != nil {
-			push.HandOff(b)
-		}
-		q.HandOff(b)
-	})
-	g.ring.AfterAppend(func(last uint64) {
-		if push != nil {
-			push.Persist(last)
-		}
-		q.Persist(last)
-	})
+	// Its queue reads the ring like the push queue: gateway.consume.
 	return nil
 }
 

@@ -104,8 +104,9 @@ func newGateway(t *testing.T, dir string) *gateway {
 		t.Fatal(err)
 	}
 	g := &gateway{ring: ringstore.NewRing(200, seq), q: q, t: t}
-	g.ring.OnAppend(q.HandOff)
-	g.ring.AfterAppend(q.Persist)
+	if err := g.ring.Consume(q.Consumer("queue")); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = q.Run(ctx) }()

@@ -342,7 +342,9 @@ func TestRestartResends(t *testing.T) {
 			t.Fatal(err)
 		}
 		ring := ringstore.NewRing(10, seq)
-		ring.OnAppend(q.Append)
+		if err := ring.Consume(q.Consumer("queue")); err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = q.Run(ctx) }()

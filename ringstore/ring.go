@@ -1,6 +1,8 @@
 package ringstore
 
 import (
+	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -37,9 +39,8 @@ type Result struct {
 // Ring keeps the last N samples and the latest sample of every tag.
 // Safe for concurrent use: Append from any number of pollers, readers anywhere.
 type Ring struct {
-	seq   *Sequence
-	sub   func([]Sample) // optional: sees every appended batch under the lock, after seqs are set
-	after func(uint64)   // optional: called after the lock is released, with the batch's last seq
+	seq       *Sequence
+	consumers []Consumer // see every appended batch (Consume): HandOff under the lock, After after it
 
 	mu      sync.Mutex
 	buf     []Sample // circular, len == capacity once full
@@ -75,19 +76,38 @@ func NewRing(size int, seq *Sequence) *Ring {
 	return r
 }
 
-// OnAppend registers fn to see every appended batch (with sequence numbers
-// set) while the ring's lock is held, so it sees batches in sequence order.
-// fn must not block nor do I/O: it is the durable queue's hand-off
-// (spool.Queue.HandOff). Set it before the first Append.
-func (r *Ring) OnAppend(fn func([]Sample)) { r.sub = fn }
+// A Consumer sees every batch the ring numbers, once, in sequence order.
+// Both functions are optional.
+//   - HandOff runs while the ring's lock is held, right after the batch is
+//     numbered, so consumers see batches in sequence order; it must not
+//     block nor do I/O (the durable queue's hand-off, spool.Queue.HandOff).
+//   - After runs once the lock is released, in the appender's goroutine,
+//     before Append returns, with the batch and its last seq (the queue's
+//     disk write, spool.Queue.Persist; the history's Add): a poll goes on
+//     only once its consumers have it, while other pollers and every reader
+//     go on without waiting for them.
+type Consumer struct {
+	Name    string // for errors and the README's list: "queue", "history", …
+	HandOff func(batch []Sample)
+	After   func(batch []Sample, last uint64)
+}
 
-// AfterAppend registers fn, called by Append after the ring's lock is
-// released, in the appender's goroutine, with the batch's last seq: the
-// durable queue's write (spool.Queue.Persist), done before Append returns, so a
-// poll goes on only once its samples are in the page cache, while other
-// pollers and every reader go on without waiting for the disk. Set it
-// before the first Append.
-func (r *Ring) AfterAppend(fn func(last uint64)) { r.after = fn }
+// Consume adds c to the ring's consumers, after those added before it: each
+// sees every batch, in the order they were added. A second consumer of the
+// same name is refused, so none can silently replace another. Add every
+// consumer before the first Append (they are read without the lock).
+func (r *Ring) Consume(c Consumer) error {
+	if c.Name == "" {
+		return errors.New("ringstore: a consumer needs a name")
+	}
+	for _, o := range r.consumers {
+		if o.Name == c.Name {
+			return fmt.Errorf("ringstore: consumer %q added twice", c.Name)
+		}
+	}
+	r.consumers = append(r.consumers, c)
+	return nil
+}
 
 // Append numbers the batch (one poll of one device), stores it, updates the
 // latest values and wakes every waiter. It returns the first and last
@@ -97,8 +117,10 @@ func (r *Ring) Append(batch []Sample) (first, last uint64, err error) {
 		return 0, 0, nil
 	}
 	first, last = r.append(batch)
-	if r.after != nil {
-		r.after(last)
+	for i := range r.consumers {
+		if f := r.consumers[i].After; f != nil {
+			f(batch, last)
+		}
 	}
 	return first, last, nil
 }
@@ -123,8 +145,10 @@ func (r *Ring) append(batch []Sample) (first, last uint64) {
 	r.last, r.epoch = last, epoch
 	r.dirty.Store(true)
 	r.appends.Add(1)
-	if r.sub != nil {
-		r.sub(batch)
+	for i := range r.consumers {
+		if f := r.consumers[i].HandOff; f != nil {
+			f(batch)
+		}
 	}
 	if r.handed { // no one can wait on a channel never handed out: no allocation per append then
 		close(r.wake)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,14 +172,43 @@ func TestRingNoLostWakeup(t *testing.T) {
 	}
 }
 
-func TestRingOnAppendSeesBatchesInOrder(t *testing.T) {
+// The ring's consumers each see every batch once, in sequence order, in
+// the order they were added: HandOff under the ring's lock, After once it
+// is released (so After may read the ring) with the batch's last seq; a
+// second consumer of one name is refused, never a silent replacement.
+func TestRingConsumersSeeBatchesInOrder(t *testing.T) {
 	r := memRing(t, 8)
-	var got []uint64
-	r.OnAppend(func(b []Sample) {
+	var handed, after []uint64
+	var order []string
+	var mu sync.Mutex // After runs in each appender's goroutine
+	if err := r.Consume(Consumer{Name: "a", HandOff: func(b []Sample) {
 		for _, s := range b {
-			got = append(got, s.Seq)
+			handed = append(handed, s.Seq)
 		}
-	})
+		order = append(order, "a")
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Consume(Consumer{Name: "b", HandOff: func([]Sample) { order = append(order, "b") },
+		After: func(b []Sample, last uint64) {
+			if snap := r.Snapshot(); snap.Seq < last { // would deadlock under the ring's lock
+				t.Errorf("After: snapshot at %d before its batch's last %d", snap.Seq, last)
+			}
+			if b[len(b)-1].Seq != last {
+				t.Errorf("After: last %d, batch ends at %d", last, b[len(b)-1].Seq)
+			}
+			mu.Lock()
+			after = append(after, last)
+			mu.Unlock()
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Consume(Consumer{Name: "a"}); err == nil || !strings.Contains(err.Error(), `"a" added twice`) {
+		t.Fatalf("second consumer a: %v", err)
+	}
+	if err := r.Consume(Consumer{}); err == nil {
+		t.Fatal("a consumer with no name was accepted")
+	}
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -190,12 +220,23 @@ func TestRingOnAppendSeesBatchesInOrder(t *testing.T) {
 		}()
 	}
 	testenv.Wait(t, time.Minute, "4 appenders × 100 batches", wg.Wait)
-	if len(got) != 800 {
-		t.Fatalf("hook saw %d samples", len(got))
+	if len(handed) != 800 || len(after) != 400 || len(order) != 800 {
+		t.Fatalf("handed %d samples, After saw %d batches, %d hand-offs (want 800, 400, 800)", len(handed), len(after), len(order))
 	}
-	for i, s := range got {
+	for i, s := range handed {
 		if s != uint64(i+1) {
-			t.Fatalf("hook saw seq %d at %d", s, i)
+			t.Fatalf("HandOff saw seq %d at %d", s, i)
+		}
+	}
+	for i := 0; i < len(order); i += 2 {
+		if order[i] != "a" || order[i+1] != "b" {
+			t.Fatalf("hand-off %d went to %s then %s, not in the order added", i/2, order[i], order[i+1])
+		}
+	}
+	slices.Sort(after)
+	for i, last := range after {
+		if last != uint64(2*i+2) {
+			t.Fatalf("After's lasts: %d at %d", last, i)
 		}
 	}
 }

@@ -127,7 +127,9 @@ func TestNodeSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring.OnAppend(q.Append)
+	if err := ring.Consume(q.Consumer("queue")); err != nil {
+		t.Fatal(err)
+	}
 	h1, h2 := new(stats.Device), new(stats.Device)
 	entries := []stats.Entry{{Info: stats.Info{Name: "d1"}, Stats: h1}, {Info: stats.Info{Name: "d2"}, Stats: h2}}
 	now := time.Now()

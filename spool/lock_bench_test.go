@@ -113,7 +113,11 @@ func p99(d []time.Duration) float64 {
 }
 
 // attachForBench wires the queue to the ring as the gateway does.
-func attachForBench(r *ringstore.Ring, q *Queue) { r.OnAppend(q.HandOff); r.AfterAppend(q.Persist) }
+func attachForBench(r *ringstore.Ring, q *Queue) {
+	if err := r.Consume(q.Consumer("queue")); err != nil {
+		panic(err)
+	}
+}
 
 // The disk write runs after the ring's lock is released: while a poll's
 // fsync hangs, readers see its samples and another device's poll is

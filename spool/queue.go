@@ -253,6 +253,12 @@ func (q *Queue) Append(batch []ringstore.Sample) {
 	q.Persist(batch[len(batch)-1].Seq)
 }
 
+// Consumer is the queue as a reader of the ring (ringstore.Ring.Consume):
+// HandOff under the ring's lock, Persist after it.
+func (q *Queue) Consumer(name string) ringstore.Consumer {
+	return ringstore.Consumer{Name: name, HandOff: q.HandOff, After: func(_ []ringstore.Sample, last uint64) { q.Persist(last) }}
+}
+
 // HandOff takes a batch (consecutive seqs, as the ring numbers them) into
 // the queue's memory, in seq order: the ring calls it under its lock
 // (OnAppend). It does no I/O: readers see the batch at once; Persist writes

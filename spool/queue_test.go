@@ -483,8 +483,9 @@ func TestQueueRingConsumer(t *testing.T) {
 			ring := ringstore.NewRing(50, seq)
 			q := openQ(t, Config{Dir: dir, SegmentBytes: 16 << 10})
 			defer q.Close()
-			ring.OnAppend(q.HandOff)
-			ring.AfterAppend(q.Persist)
+			if err := ring.Consume(q.Consumer("queue")); err != nil {
+				t.Fatal(err)
+			}
 			runQ(t, q)
 			const polls, producers = 500, 4
 			first := seq.Last() + 1
