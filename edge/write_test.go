@@ -76,7 +76,7 @@ func TestWriteTCPAllowed(t *testing.T) {
 	f := startFleet(t, sim.Config{Devices: 1, Transport: "tcp"})
 	l := f.Logger(0)
 	l.SetHolding(40, 0x00f0)
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Devices: []DeviceConfig{devCfg("plc", TransportTCP, f.Addr(0), 50*time.Millisecond, time.Second, writeTags())}})
 	if err != nil {
@@ -132,24 +132,6 @@ func TestWriteTCPAllowed(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
 	}
-}
-
-// lockedBuffer is a log sink written by the bus goroutine and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Refused writes never reach the wire and say why.

@@ -22,24 +22,14 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
-// syncBuffer is an io.Writer safe for the receiver and the test together.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+// syncBuffer is the receiver's output, written by its handlers while the
+// test reads it.
+type syncBuffer struct{ testenv.Buffer }
 
 // seqs parses the JSON lines written so far and returns their seqs in order.
 func (s *syncBuffer) seqs(t *testing.T, gateway string) []uint64 {
 	t.Helper()
-	s.mu.Lock()
-	data := append([]byte(nil), s.b.Bytes()...)
-	s.mu.Unlock()
+	data := s.Bytes()
 	var out []uint64
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {

@@ -510,8 +510,8 @@ func TestEpochBatchesAndReceiverState(t *testing.T) {
 	if st := r.Stats(); st.Samples != 8 || st.Duplicates != 6 || st.Gaps != 0 || st.Epochs != 2 {
 		t.Fatalf("stats %+v", st)
 	}
-	if !strings.Contains(out.b.String(), `{"gateway":"gw","epoch":"5555666677778888","seq":1003,`) {
-		t.Fatalf("output %s", out.b.String())
+	if !strings.Contains(out.String(), `{"gateway":"gw","epoch":"5555666677778888","seq":1003,`) {
+		t.Fatalf("output %s", out.String())
 	}
 }
 

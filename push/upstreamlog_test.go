@@ -32,10 +32,8 @@ func (l *logLines) logger() *slog.Logger {
 }
 
 func (l *logLines) with(substrs ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		ok := line != ""
 		for _, s := range substrs {
 			ok = ok && strings.Contains(line, s)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -438,24 +437,6 @@ func TestWebSocketPingDeadline(t *testing.T) {
 	testenv.Recv(t, readErr, 10*time.Second, "the reading client's read to end")
 }
 
-// lockedBuffer is a log sink safe for the server's goroutines and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestSilentWebSocketClientDropped: a client that upgrades and then reads
 // nothing at all, while the frames are small (field rates: the socket
 // buffers never fill, the queue never fills). It never answers a ping, so
@@ -463,7 +444,7 @@ func (l *lockedBuffer) String() string {
 // /metrics and logged once with its address (it used to end uncounted).
 // A client that closes by itself is not counted.
 func TestSilentWebSocketClientDropped(t *testing.T) {
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	ts := startServer(t, Config{WSPingInterval: 100 * time.Millisecond, WSWriteTimeout: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	host := strings.TrimPrefix(ts.base, "http://")
