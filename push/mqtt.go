@@ -12,6 +12,7 @@ import (
 
 	"edgegw/internal/backoff"
 	"edgegw/ringstore"
+	"edgegw/stats"
 	"edgegw/wire"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -354,18 +355,7 @@ func (p *Pusher) unitIndex() func(device, tag string) string {
 	}
 	devs := p.cfg.Devices()
 	sort.Slice(devs, func(i, j int) bool { return devs[i].Info.Name < devs[j].Info.Name })
-	return func(device, tag string) string {
-		i := sort.Search(len(devs), func(i int) bool { return devs[i].Info.Name >= device })
-		if i == len(devs) || devs[i].Info.Name != device {
-			return ""
-		}
-		for _, t := range devs[i].Info.Tags {
-			if t.Name == tag {
-				return t.Unit
-			}
-		}
-		return ""
-	}
+	return stats.UnitIndex(len(devs), func(i int) *stats.Info { return &devs[i].Info })
 }
 
 // topicPart makes a name safe as one MQTT topic level.

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"math"
+	"sort"
 	"sync/atomic"
 	"time"
 )
@@ -192,6 +193,23 @@ type TagInfo struct {
 	Unit     string  `json:"unit,omitempty"`
 	Writable bool    `json:"writable,omitempty"`
 	Deadband float64 `json:"deadband,omitempty"` // the page's sparkline spans at least this
+}
+
+// UnitIndex is a lookup of tag units among n devices sorted by name, the
+// i-th being info(i): "" for a device or tag it does not know.
+func UnitIndex(n int, info func(i int) *Info) func(device, tag string) string {
+	return func(device, tag string) string {
+		i := sort.Search(n, func(i int) bool { return info(i).Name >= device })
+		if i == n || info(i).Name != device {
+			return ""
+		}
+		for _, t := range info(i).Tags {
+			if t.Name == tag {
+				return t.Unit
+			}
+		}
+		return ""
+	}
 }
 
 // Entry is one device's identity and live record, as edge publishes them.

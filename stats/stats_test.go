@@ -105,3 +105,25 @@ func BenchmarkHistogramObserve(b *testing.B) {
 		h.Observe(2 * time.Millisecond)
 	}
 }
+
+// UnitIndex finds a tag's unit among devices sorted by name, "" for a
+// device or tag it does not know.
+func TestUnitIndex(t *testing.T) {
+	infos := []Info{
+		{Name: "a", Tags: []TagInfo{{Name: "t", Unit: "°C"}, {Name: "h", Unit: "%"}}},
+		{Name: "b", Tags: []TagInfo{{Name: "t", Unit: "K"}}},
+		{Name: "d", Tags: []TagInfo{{Name: "p"}}},
+	}
+	unit := UnitIndex(len(infos), func(i int) *Info { return &infos[i] })
+	for _, c := range []struct{ dev, tag, want string }{
+		{"a", "t", "°C"}, {"a", "h", "%"}, {"b", "t", "K"}, {"d", "p", ""},
+		{"b", "h", ""}, {"c", "t", ""}, {"", "t", ""}, {"z", "t", ""},
+	} {
+		if got := unit(c.dev, c.tag); got != c.want {
+			t.Errorf("%s/%s: %q, want %q", c.dev, c.tag, got, c.want)
+		}
+	}
+	if got := UnitIndex(0, nil)("a", "t"); got != "" {
+		t.Errorf("no devices: %q", got)
+	}
+}

@@ -5,12 +5,12 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
-	"sort"
 	"strconv"
 	"syscall"
 	"time"
 
 	"edgegw/ringstore"
+	"edgegw/stats"
 )
 
 // The plant and the process in /metrics (appended by appendMetrics):
@@ -46,18 +46,7 @@ func (s *Server) appendTagMetrics(p *promWriter, devs []deviceSnap, now time.Tim
 	}
 	latest := snap.Latest
 	nowUS := now.UnixMicro()
-	unit := func(device, tag string) string {
-		i := sort.Search(len(devs), func(i int) bool { return devs[i].info.Name >= device })
-		if i == len(devs) || devs[i].info.Name != device {
-			return ""
-		}
-		for _, t := range devs[i].info.Tags {
-			if t.Name == tag {
-				return t.Unit
-			}
-		}
-		return ""
-	}
+	unit := stats.UnitIndex(len(devs), func(i int) *stats.Info { return &devs[i].info })
 	numeric := func(x *ringstore.Sample) bool { return x.Kind != ringstore.KindString }
 
 	p.family("edgegw_tag_value", "gauge", "Latest good value of each numeric tag (bool 0/1), scaled, in its unit; absent while the tag is not good.")
