@@ -67,3 +67,23 @@ func TestWebLimitsMapping(t *testing.T) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
 }
+
+// web's fallbacks for a zero Config are conf's defaults: a test or bench
+// that leaves a field zero serves like the gateway with that key absent.
+func TestWebFallbacksAreConfDefaults(t *testing.T) {
+	for _, c := range []struct {
+		key       string
+		web, conf any
+	}{
+		{"[http] listen", web.DefaultListen, conf.DefaultHTTPListen},
+		{"[http] long_poll_timeout", web.DefaultLongPollTimeout, conf.DefaultLongPollTimeout},
+		{"[http] max_clients", web.DefaultMaxClients, conf.DefaultMaxClients},
+		{"[http] max_request_bytes", int64(web.DefaultMaxRequestBytes), int64(conf.DefaultMaxRequestBytes)},
+		{"[http] read_header_timeout", web.DefaultReadHeaderTimeout, conf.DefaultReadHeaderTimeout},
+		{"[http] idle_timeout", web.DefaultIdleTimeout, conf.DefaultIdleTimeout},
+	} {
+		if c.web != c.conf {
+			t.Errorf("%s: web falls back to %v, conf's default is %v", c.key, c.web, c.conf)
+		}
+	}
+}

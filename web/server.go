@@ -39,19 +39,25 @@ type Devices interface {
 	Devices() []stats.Entry
 }
 
-// Defaults for the zero values of Config.
+// Defaults for the zero values of Config. The gateway's defaults are
+// conf's (the one place they live; main always passes them): for the
+// fields that have a config key these are the same values, so that a zero
+// Config (tests, the bench) serves like the gateway, and the root's
+// TestWebFallbacksAreConfDefaults holds them equal.
 const (
-	DefaultListen          = "127.0.0.1:8080"
-	DefaultLongPollTimeout = 30 * time.Second
-	DefaultMaxClients      = 5000
-	DefaultMaxRequestBytes = 64 << 10
-	DefaultWSQueue         = 64
-	DefaultWSWriteTimeout  = 5 * time.Second
-	DefaultWSPingInterval  = 20 * time.Second
-	DefaultWSReadLimit     = 4 << 10
-	DefaultWSChunk         = 128
-	DefaultWSQueueBudget   = 8 << 20
-	DefaultWSSendBuffer    = 64 << 10
+	DefaultListen            = "127.0.0.1:8080"
+	DefaultLongPollTimeout   = 30 * time.Second
+	DefaultMaxClients        = 5000
+	DefaultMaxRequestBytes   = 64 << 10
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultWSQueue           = 64
+	DefaultWSWriteTimeout    = 5 * time.Second
+	DefaultWSPingInterval    = 20 * time.Second
+	DefaultWSReadLimit       = 4 << 10
+	DefaultWSChunk           = 128
+	DefaultWSQueueBudget     = 8 << 20
+	DefaultWSSendBuffer      = 64 << 10
 )
 
 // Config is the server's configuration; its zero value means "defaults".
@@ -145,10 +151,10 @@ func (c *Config) fill() {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = 10 * time.Second
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
 	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = 120 * time.Second
+		c.IdleTimeout = DefaultIdleTimeout
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 5 * time.Second
