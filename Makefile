@@ -21,7 +21,7 @@ TESTFLAGS ?= -race -p 1 -timeout 15m
 SCHED_PKGS ?= edgegw edgegw/edge/... edgegw/web/...
 TESTLOG   ?= dist/testlog
 
-.PHONY: help build test test-loaded test-full gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 bench soak bench-go benchcmp fuzz fuzz-brief npm-deps clean
+.PHONY: help build test test-loaded test-full gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 receiver receiver-arm64 receiver-amd64 bench soak bench-go benchcmp fuzz fuzz-brief npm-deps clean
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -46,6 +46,15 @@ lab-arm64: ## arm64 lab binary: dist/edgegw-lab-arm64
 
 lab-amd64: ## amd64 lab binary: dist/edgegw-lab-amd64
 	GOOS=linux GOARCH=amd64 $(BUILD) -o dist/edgegw-lab-amd64 .
+
+receiver: ## the receiving side's server for this machine: dist/edgegw-receiver (static; PostgreSQL, never in the gateway)
+	$(BUILD) -o dist/edgegw-receiver ./cmd/edgegw-receiver
+
+receiver-arm64: ## arm64 receiver: dist/edgegw-receiver-arm64
+	GOOS=linux GOARCH=arm64 $(BUILD) -o dist/edgegw-receiver-arm64 ./cmd/edgegw-receiver
+
+receiver-amd64: ## amd64 receiver: dist/edgegw-receiver-amd64
+	GOOS=linux GOARCH=amd64 $(BUILD) -o dist/edgegw-receiver-amd64 ./cmd/edgegw-receiver
 
 fmtcheck:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/')); \
