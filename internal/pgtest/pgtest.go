@@ -3,8 +3,9 @@
 // user (initdb refuses root), pg_ctl on a free loopback port with the unix
 // socket in that directory, stopped in t.Cleanup.
 //
-// It is imported by _test.go files only and never by a binary. Under CI a
-// missing PostgreSQL fails the test (testenv.Need); elsewhere it skips.
+// It is imported by _test.go files only and never by a binary. Under CI
+// (CI set, not false) a missing PostgreSQL fails the test; elsewhere it
+// skips.
 //
 // Concurrency: a Server's methods are called from the test's goroutine;
 // URL may be read from any.
@@ -21,8 +22,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"edgegw/internal/testenv"
 )
 
 // BinDir holds Debian's PostgreSQL 15 server programs.
@@ -50,7 +49,7 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	initdb := filepath.Join(BinDir, "initdb")
 	if _, err := os.Stat(initdb); err != nil {
-		testenv.Need(t, initdb) // fails under CI, skips elsewhere
+		need(t, initdb)
 	}
 	base, err := os.MkdirTemp("", "pgtest-")
 	if err != nil {
@@ -73,7 +72,7 @@ func Start(t testing.TB) *Server {
 		}
 		setpriv, err := exec.LookPath("setpriv")
 		if err != nil {
-			testenv.Need(t, "setpriv")
+			need(t, "setpriv")
 		}
 		s.runAs = []string{setpriv, "--reuid=" + u.Uid, "--regid=" + u.Gid, "--clear-groups", "--"}
 	}
@@ -91,6 +90,15 @@ func Start(t testing.TB) *Server {
 	}
 	t.Fatalf("pgtest: postgres did not start: %v\n%s", last, s.Log())
 	return nil
+}
+
+// need fails (under CI) or skips the test: tool is missing.
+func need(t testing.TB, tool string) {
+	t.Helper()
+	if ci := os.Getenv("CI"); ci != "" && ci != "false" {
+		t.Fatalf("pgtest: %s missing (CI must install postgresql)", tool)
+	}
+	t.Skipf("pgtest: %s missing (apt-get install postgresql)", tool)
 }
 
 func freePort(t testing.TB) int {
@@ -161,7 +169,10 @@ func (s *Server) Restart() {
 // Psql runs psql with the SQL and returns its unaligned, tuples-only output.
 func (s *Server) Psql(sql string) string {
 	s.t.Helper()
-	psql := testenv.Need(s.t, "psql")
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		need(s.t, "psql")
+	}
 	out, err := exec.Command(psql, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", s.URL(), "-c", sql).CombinedOutput()
 	if err != nil {
 		s.t.Fatalf("pgtest: psql %q: %v\n%s", sql, err, out)
