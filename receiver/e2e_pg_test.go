@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -232,7 +234,8 @@ func checkStored(t *testing.T, db *pgtest.Server, recvBin string, acquired map[s
 		t.Fatalf("primary key of edgegw_samples: %q", got)
 	}
 	var produced, stored uint64
-	for gw, n := range acquired {
+	for _, gw := range slices.Sorted(maps.Keys(acquired)) {
+		n := acquired[gw]
 		got := db.Psql(fmt.Sprintf(`SELECT count(*), count(DISTINCT epoch), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM edgegw_samples WHERE gateway = '%s'`, gw))
 		f := strings.Split(got, "|")
 		count, _ := strconv.ParseUint(f[0], 10, 64)
