@@ -248,3 +248,25 @@ func get(t *testing.T, url string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// Without PostgreSQL, /healthz is 200 and /metrics passes promtool too
+// (an empty commit histogram, no last-commit gauge).
+func TestFileModeHealthAndMetrics(t *testing.T) {
+	promtool := testenv.Need(t, "promtool")
+	r := New(Config{Out: newOut(t), Logger: logger(t)})
+	u := serve(t, r)
+	dialGW(t, u, gwID).ack(batch(1, 1, 5), 5)
+	base := strings.TrimSuffix(strings.Replace(u, "ws://", "http://", 1), "/ingest")
+	if code, body := get(t, base+"/healthz"); code != 200 || !strings.Contains(body, `"ok":true`) {
+		t.Fatalf("healthz %d %s", code, body)
+	}
+	_, m := get(t, base+"/metrics")
+	if !strings.Contains(m, "edgegw_receiver_samples_total 5\n") || !strings.Contains(m, "edgegw_receiver_gateways_connected 1\n") {
+		t.Fatalf("metrics:\n%s", m)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(m)
+	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) != 0 {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
