@@ -21,7 +21,7 @@ TESTFLAGS ?= -race -p 1 -timeout 15m
 SCHED_PKGS ?= edgegw edgegw/edge/... edgegw/web/...
 TESTLOG   ?= dist/testlog
 
-.PHONY: help build test test-loaded test-full gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 bench soak bench-go benchcmp fuzz fuzz-brief npm-deps clean
+.PHONY: help build test test-loaded test-full gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 receiver receiver-arm64 receiver-amd64 bench soak bench-go benchcmp fuzz fuzz-brief npm-deps clean
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -47,6 +47,15 @@ lab-arm64: ## arm64 lab binary: dist/edgegw-lab-arm64
 lab-amd64: ## amd64 lab binary: dist/edgegw-lab-amd64
 	GOOS=linux GOARCH=amd64 $(BUILD) -o dist/edgegw-lab-amd64 .
 
+receiver: ## the receiving side's server for this machine: dist/edgegw-receiver (static; PostgreSQL, never in the gateway)
+	$(BUILD) -o dist/edgegw-receiver ./cmd/edgegw-receiver
+
+receiver-arm64: ## arm64 receiver: dist/edgegw-receiver-arm64
+	GOOS=linux GOARCH=arm64 $(BUILD) -o dist/edgegw-receiver-arm64 ./cmd/edgegw-receiver
+
+receiver-amd64: ## amd64 receiver: dist/edgegw-receiver-amd64
+	GOOS=linux GOARCH=amd64 $(BUILD) -o dist/edgegw-receiver-amd64 ./cmd/edgegw-receiver
+
 fmtcheck:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -65,8 +74,9 @@ gotest: ## go test -race ./..., fuzz-brief and test-qemu in two lanes side by si
 test-loaded: ## make test with one CPU-bound process beside it for the whole run (started and stopped here); no cached test result counts
 	build/loaded.sh $(MAKE) --no-print-directory test TESTFLAGS="$(TESTFLAGS) -count=1"
 
-test-full: ## the long versions make test shortens: the 2-minute soak (EDGEGW_FULL=1)
+test-full: ## the long versions make test shortens: the 2-minute soak, the 3-minute receiver kills behind HAProxy (EDGEGW_FULL=1)
 	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestSoak$$' ./bench/
+	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestE2EReceiversKilledBehindHAProxy$$' ./receiver/
 
 bench: ## regenerate docs/BENCHMARKS.md: edgegw bench acquire + deliver (~15 min; QUICK=1 ~2 min)
 	bench/regen.sh

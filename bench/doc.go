@@ -8,12 +8,15 @@
 // runs the real gateway instead (`edgegw run -config FILE`, this binary or
 // -gateway) against loggers, a reference receiver (receiver.Receiver, in this
 // process), a slow WebSocket client and request floods on a schedule, and
-// samples the gateway's /proc entries and API.
+// samples the gateway's /proc entries and API. `edgegw bench ingest` runs
+// receivers (`bench child receiver`: package receiver's Main) storing into
+// a PostgreSQL database given by URL, fed by synthetic gateways speaking
+// the wire protocol, and times psql's \copy of as many rows beside them.
 //
 // It never runs inside the gateway (edge, web and push never import it),
 // never downloads or builds a peer, and talks only to loopback.
 //
-// Concurrency: RunAcquire, RunDeliver and RunSoak own every goroutine and
+// Concurrency: RunAcquire, RunDeliver, RunSoak and RunIngest own every goroutine and
 // process they start (fleets, clients, children, peers, the gateway, the
 // receiver, the soak's event goroutines) and return after all of them have
 // exited; each client goroutine owns its own counters and histogram, which

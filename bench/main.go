@@ -20,7 +20,8 @@ const usage = `usage:
   edgegw bench deliver [flags]   serve clients: short polling, long polling, websocket (+ mosquitto)
   edgegw bench soak [flags]      the real gateway for -duration (30m) under field events: restarts,
                                  reloads, uplink cuts, a slow WebSocket client, request floods
-Run "edgegw bench acquire -h" (deliver, soak) for the flags.
+  edgegw bench ingest [flags]    gateways -> receivers -> PostgreSQL (-postgres URL), beside psql \copy
+Run "edgegw bench acquire -h" (deliver, soak, ingest) for the flags.
 `
 
 // Main runs `edgegw bench ARGS…` (args after "bench"): it parses flags,
@@ -38,16 +39,21 @@ func Main(args []string, stdout io.Writer) error {
 		return mainDeliver(args[1:], stdout)
 	case "soak":
 		return mainSoak(args[1:], stdout)
+	case "ingest":
+		return mainIngest(args[1:], stdout)
 	case "child":
 		if len(args) < 2 {
 			return errors.New("bench: child: missing role")
+		}
+		if args[1] == roleReceiver {
+			return childReceiver(args[2:])
 		}
 		return RunChild(args[1], os.Stdin, stdout)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return fmt.Errorf("bench: unknown bench %q (acquire, deliver or soak)", args[0])
+	return fmt.Errorf("bench: unknown bench %q (acquire, deliver, soak or ingest)", args[0])
 }
 
 // RunChild runs one child role of the stand on the given pipes.

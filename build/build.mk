@@ -23,7 +23,7 @@ BUILD_SYMS  := $(subst -ldflags "-s -w ,-ldflags ",$(BUILD_GW))
 
 .PHONY: release size repro qemu-smoke test-qemu notices
 
-release: arm arm64 amd64 lab-arm lab-arm64 lab-amd64 ## dist/edgegw-VERSION-linux-{armv7,arm64,amd64}.tar.gz (gateway + lab) + dist/SHA256SUMS (reproducible)
+release: arm arm64 amd64 lab-arm lab-arm64 lab-amd64 receiver-arm64 receiver-amd64 ## dist/edgegw-VERSION-linux-{armv7,arm64,amd64}.tar.gz (gateway + lab; + receiver on arm64, amd64) + dist/SHA256SUMS (reproducible)
 	GO="$(GO)" build/package.sh dist dist "$(VERSION)" $(RELEASE_ARCHS)
 
 notices: ## THIRD_PARTY_NOTICES of this machine's build to stdout

@@ -8,8 +8,10 @@
 # edgegw-VERSION-linux-ARCH/ with: edgegw, edgegw.example.toml,
 # edgegw.service, edgegw.init, install.sh, LICENSE, THIRD_PARTY_NOTICES, and
 # edgegw-lab (the lab build: demo, sim, receive, bench) when
-# BINDIR/edgegw-lab-ARCH exists, as make release builds it. install.sh
-# installs only the gateway.
+# BINDIR/edgegw-lab-ARCH exists, as make release builds it, and
+# edgegw-receiver with edgegw-receiver.service when
+# BINDIR/edgegw-receiver-ARCH exists (arm64, amd64). install.sh installs
+# only the gateway.
 # Then OUTDIR/SHA256SUMS over those tarballs.
 #
 # Reproducible: fixed file modes, names sorted, owner 0:0, every mtime
@@ -52,6 +54,12 @@ for arch in "$@"; do
 	if [ -f "$bindir/edgegw-lab-$arch" ]; then
 		cp "$bindir/edgegw-lab-$arch" "$d/edgegw-lab"
 		chmod 0755 "$d/edgegw-lab"
+	fi
+	if [ -f "$bindir/edgegw-receiver-$arch" ]; then
+		cp "$bindir/edgegw-receiver-$arch" "$d/edgegw-receiver"
+		cp "$build/edgegw-receiver.service" "$d/"
+		chmod 0755 "$d/edgegw-receiver"
+		chmod 0644 "$d/edgegw-receiver.service"
 	fi
 	cp "$build/edgegw.example.toml" "$build/edgegw.service" "$build/edgegw.init" "$build/install.sh" "$top/LICENSE" "$d/"
 	(cd "$top" && env $goenv GO="$GO" "$build/notices.sh" .) >"$d/THIRD_PARTY_NOTICES"

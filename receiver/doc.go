@@ -1,22 +1,38 @@
-// Package receiver owns the reference upstream receiver (`edgegw receive`,
-// the demo's and the soak's receiver): a WebSocket server at /ingest that
-// checks the gateways' bearer token, acks every batch after writing it,
-// dedups by (gateway, epoch, seq) with state files that survive its own
-// restarts, reports gaps, the loss ranges a gateway announces (counted apart
-// from gaps, with their reason) and new epochs, ingests batches that came another
-// way (MQTT), and sends write commands to connected gateways.
+// Package receiver owns the upstream receiver: the server end of the
+// gateways' WebSocket uplink, shipped as its own binary edgegw-receiver
+// (cmd/edgegw-receiver) and as the lab's `edgegw receive` (the demo's and
+// the soak's receiver), both running Main with the flags of Flags.
 //
-// It is a server, and the protocol's reference implementation: the frames
-// it reads and writes are package wire's (its doc comment is the protocol),
-// the dedup rule is the one stated there. It never polls devices, never
-// reads a gateway's queue and imports neither edge, web nor push; it is in
-// the lab binary only, never in the release gateway binary.
+// It accepts gateways at /ingest, checks their bearer token, acks every
+// batch once stored, dedups by (gateway, epoch, seq), takes the loss
+// ranges and restart skips a gateway announces, ingests batches that came
+// another way (Ingest: MQTT), sends write commands to connected gateways,
+// and serves /healthz and Prometheus /metrics beside /ingest. It stores
+// either
+//   - in PostgreSQL (Config.Postgres, pg.go): each batch in one
+//     transaction (COPY into a per-session stage table, INSERT … ON
+//     CONFLICT DO NOTHING, the epoch and ranges), acked after COMMIT; the
+//     dedup state is the primary key, so receivers sharing a database are
+//     stateless and interchangeable; the schema (SchemaVersion) is created
+//     by Open; Gaps finds holes by window functions; connections are
+//     recorded in edgegw_connections so that a write for a gateway held by
+//     another receiver names it; or
+//   - as JSON lines (Config.Out) with dedup state files (dedup.go) that
+//     survive its own restarts, gaps reported as they appear.
 //
-// Concurrency: New starts nothing. Serve owns the HTTP server and one
-// handler goroutine per gateway connection (its only reader) and returns
-// after they have exited; a connection's writes (acks, pongs, write
-// commands) are serialized by its own mutex. The dedup state and the output
-// are guarded by one mutex, so Ingest (from any goroutine) and the handlers
-// write whole batches one at a time. Write may be called from any
-// goroutine.
+// It is the protocol's reference implementation: the frames it reads and
+// writes are package wire's (its doc comment is the protocol), the dedup
+// rule is the one stated there. It never polls devices, never reads a
+// gateway's queue and imports neither edge, web nor push; it is never in
+// the release gateway binary (neither is its PostgreSQL driver).
+//
+// Concurrency: New starts nothing; Open connects (a pgx pool). Serve owns
+// the HTTP server and one handler goroutine per gateway connection (its
+// only reader) and returns after they have exited; a connection's writes
+// (acks, pongs, write commands) are serialized by its own mutex. In file
+// mode the dedup state and the output are guarded by one mutex, so Ingest
+// (from any goroutine) and the handlers write whole batches one at a time;
+// with PostgreSQL the batches of different connections are written
+// concurrently, each on its own pooled connection. Write may be called
+// from any goroutine. Close after Serve has returned.
 package receiver

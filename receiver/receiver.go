@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -41,6 +42,15 @@ type Config struct {
 	MaxBatch int
 	// MaxFrame is the most bytes of one WebSocket message (4 MiB).
 	MaxFrame int64
+	// Postgres, when set, is the URL of the PostgreSQL database the
+	// samples go to (table edgegw_samples, schema created by Open): every
+	// batch in one transaction, acked after its commit, deduplicated by the
+	// primary key (gateway, epoch, seq). Out and StateDir are then unused:
+	// the dedup state is the database's, and receivers sharing it are
+	// interchangeable.
+	Postgres string
+	// ID names this receiver in edgegw_connections (default host:port).
+	ID string
 }
 
 // Stats are the receiver's counters.
@@ -88,6 +98,9 @@ type Receiver struct {
 	connections, refused, batches, samples, dups, gaps, gapSamples, bad, epochs atomic.Uint64
 	losses, lostSamples                                                         atomic.Uint64
 	answers, unknownAnswers                                                     atomic.Uint64
+
+	db *store // nil without Config.Postgres
+	pg pgStats
 }
 
 // rconn is one gateway connection of the receiver.
@@ -95,6 +108,7 @@ type rconn struct {
 	c       *websocket.Conn
 	wmu     sync.Mutex // one writer at a time: acks (the handler) and write commands (Write)
 	done    chan struct{}
+	remote  string
 	gateway string                           // under Receiver.smu
 	pending map[string]chan wire.WriteAnswer // under Receiver.smu
 }
@@ -125,6 +139,37 @@ func New(cfg Config) *Receiver {
 		up:       websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 4 << 10}}
 }
 
+// Open connects to the database of Config.Postgres and brings its schema
+// to SchemaVersion (nothing without Postgres); Serve calls it if not done.
+func (r *Receiver) Open(ctx context.Context) error {
+	if r.cfg.Postgres == "" || r.db != nil {
+		return nil
+	}
+	if r.cfg.ID == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(r.cfg.Listen)
+		r.cfg.ID = host + ":" + port
+	}
+	db, err := openStore(ctx, r.cfg.Postgres, r.cfg.ID)
+	if err != nil {
+		return err
+	}
+	if err := db.forget(ctx); err != nil {
+		r.log.Warn("receiver: connections of an earlier run not cleared", "err", err)
+	}
+	r.db = db
+	r.log.Info("receiver: storing in postgres", "receiver", r.cfg.ID, "schema_version", SchemaVersion)
+	return nil
+}
+
+// Close closes the database connections (after Serve has returned).
+func (r *Receiver) Close() {
+	if r.db != nil {
+		r.db.close()
+		r.db = nil
+	}
+}
+
 // Listen binds the listening socket (so the address is known before Serve).
 // After Serve returns, Listen may be called again (same address) and Serve
 // run again: the dedup state is kept.
@@ -138,7 +183,7 @@ func (r *Receiver) Listen() (net.Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("receiver: %w", err)
 	}
-	r.ln = ln
+	r.ln = &countListener{Listener: ln, r: r}
 	r.cfg.Listen = ln.Addr().String() // a later Listen binds the same port
 	return ln.Addr(), nil
 }
@@ -147,6 +192,9 @@ func (r *Receiver) Listen() (net.Addr, error) {
 // returns after their handlers have exited.
 func (r *Receiver) Serve(ctx context.Context) error {
 	if _, err := r.Listen(); err != nil {
+		return err
+	}
+	if err := r.Open(ctx); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -170,6 +218,8 @@ func (r *Receiver) Serve(ctx context.Context) error {
 		defer wg.Done()
 		r.ingest(ctx, w, req)
 	})
+	mux.HandleFunc("/healthz", r.healthz)
+	mux.HandleFunc("/metrics", r.metrics)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -228,18 +278,26 @@ func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.
 	}
 	r.conns[conn] = struct{}{}
 	r.mu.Unlock()
+	if cc, ok := conn.NetConn().(*countConn); ok {
+		cc.ws.Store(true) // from here on its bytes are a gateway's frames
+	}
 	r.connections.Add(1)
 	rc := &rconn{c: conn, done: make(chan struct{}), pending: make(map[string]chan wire.WriteAnswer)}
+	rc.remote = req.RemoteAddr
 	if gw := req.Header.Get(wire.GatewayHeader); wire.ValidName(gw) {
 		r.attach(rc, gw)
 	}
 	defer func() {
 		close(rc.done)
 		r.smu.Lock()
-		if r.sessions[rc.gateway] == rc {
+		gone := r.sessions[rc.gateway] == rc
+		if gone {
 			delete(r.sessions, rc.gateway)
 		}
 		r.smu.Unlock()
+		if gone {
+			r.recordDisconnect(rc.gateway)
+		}
 		r.mu.Lock()
 		delete(r.conns, conn)
 		r.mu.Unlock()
@@ -278,6 +336,13 @@ func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.
 				r.attach(rc, f.Gateway) // a gateway that sent no header
 			}
 		}
+		if errors.Is(err, errStore) {
+			log.Warn("receiver: batch not stored, not acked; closing (the gateway resends)", "err", err)
+			rc.wmu.Lock()
+			_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "database unavailable"), time.Now().Add(time.Second))
+			rc.wmu.Unlock()
+			return
+		}
 		if err != nil {
 			log.Warn("receiver: bad frame; closing", "err", err)
 			rc.wmu.Lock()
@@ -302,6 +367,7 @@ func (r *Receiver) attach(rc *rconn, gateway string) {
 	rc.gateway = gateway
 	r.sessions[gateway] = rc
 	r.smu.Unlock()
+	r.recordConnect(gateway, rc.remote)
 }
 
 // answer hands a write answer to the Write waiting for its id.
@@ -352,7 +418,7 @@ func (r *Receiver) Write(ctx context.Context, gateway, device, tag string, value
 	rc := r.sessions[gateway]
 	if rc == nil {
 		r.smu.Unlock()
-		return wire.WriteAnswer{}, fmt.Errorf("receiver: write to %q: %w", gateway, ErrNotConnected)
+		return wire.WriteAnswer{}, r.notHere(ctx, gateway)
 	}
 	id := strconv.FormatUint(r.nextID.Add(1), 10)
 	ch := make(chan wire.WriteAnswer, 1)
@@ -394,6 +460,9 @@ func (r *Receiver) Ingest(frame []byte) (last uint64, err error) {
 }
 
 func (r *Receiver) ingestBatch(f *wire.Batch) (last uint64, err error) {
+	if r.db != nil {
+		return r.storeBatch(f)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g := r.state(f.Gateway)

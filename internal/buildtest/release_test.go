@@ -302,3 +302,26 @@ func TestGatewayFlagsInlineHotPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayLeavesOutPostgres: the gateway binary (build/gateway.flags'
+// tags) never links the PostgreSQL driver, which only the receiver needs;
+// the receiver's command does.
+func TestGatewayLeavesOutPostgres(t *testing.T) {
+	tags := ""
+	for i, f := range gatewayFlags {
+		if f == "-tags" && i+1 < len(gatewayFlags) {
+			tags = gatewayFlags[i+1]
+		}
+	}
+	if !strings.Contains(tags, "nolab") {
+		t.Fatalf("build/gateway.flags has no -tags with nolab: %q", gatewayFlags)
+	}
+	for _, d := range strings.Fields(mustRun(t, root(t), nil, goTool(), "list", "-deps", "-tags", tags, ".")) {
+		if strings.HasPrefix(d, "github.com/jackc/") {
+			t.Errorf("the gateway build links %s", d)
+		}
+	}
+	if deps := mustRun(t, root(t), nil, goTool(), "list", "-deps", "./cmd/edgegw-receiver"); !strings.Contains(deps, "github.com/jackc/pgx/v5\n") {
+		t.Errorf("cmd/edgegw-receiver does not link pgx: the check above proves nothing")
+	}
+}

@@ -1,0 +1,391 @@
+package receiver
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"edgegw/internal/pgtest"
+	"edgegw/internal/testenv"
+	"edgegw/sim"
+)
+
+// The end-to-end tests of the receiving side run real processes: the lab
+// gateway (edgegw run), edgegw-receiver, PostgreSQL and HAProxy, built and
+// started by the tests.
+
+var (
+	buildOnce       sync.Once
+	labBin, recvBin string
+	buildErr        error
+)
+
+// binaries builds the lab gateway and edgegw-receiver once per test run.
+func binaries(t *testing.T) (lab, recv string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "receiver-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		labBin, recvBin = filepath.Join(dir, "edgegw"), filepath.Join(dir, "edgegw-receiver")
+		for _, b := range [][2]string{{labBin, "edgegw"}, {recvBin, "edgegw/cmd/edgegw-receiver"}} {
+			if out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build %s: %v\n%s", b[1], err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return labBin, recvBin
+}
+
+// eproc is a process of an end-to-end test.
+type eproc struct {
+	t     *testing.T
+	name  string
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan struct{}
+}
+
+func startE(t *testing.T, name string, argv ...string) *eproc {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &eproc{t: t, name: name, cmd: cmd, lines: make(chan string, 10000), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			select {
+			case p.lines <- sc.Text():
+			default: // nobody reads: drop rather than block the child
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	go func() { _ = cmd.Wait(); pw.Close(); close(p.done) }()
+	t.Cleanup(p.kill)
+	return p
+}
+
+func (p *eproc) waitLine(substr string, limit time.Duration) string {
+	p.t.Helper()
+	deadline := time.After(limit)
+	for {
+		select {
+		case l := <-p.lines:
+			if strings.Contains(l, substr) {
+				return l
+			}
+		case <-p.done:
+			p.t.Fatalf("%s exited before printing %q", p.name, substr)
+		case <-deadline:
+			p.t.Fatalf("%s did not print %q within %v", p.name, substr, limit)
+		}
+	}
+}
+
+func (p *eproc) kill() {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Kill()
+		testenv.Closed(p.t, p.done, 20*time.Second, p.name+" to exit after SIGKILL")
+	}
+}
+
+func (p *eproc) term(limit time.Duration) {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	testenv.Closed(p.t, p.done, limit, p.name+" to exit after SIGTERM")
+}
+
+// recvProc is one edgegw-receiver on a fixed port (kept across restarts).
+type recvProc struct {
+	id, addr string
+	p        *eproc
+}
+
+func startReceiverProc(t *testing.T, bin, db string, r *recvProc) {
+	t.Helper()
+	r.p = startE(t, r.id, bin, "-listen", r.addr, "-postgres", db, "-id", r.id)
+	r.p.waitLine("receiving on", 30*time.Second)
+}
+
+// e2eGateway is one lab gateway polling the shared simulated loggers.
+type e2eGateway struct {
+	id, dir, cfg, page string
+	p                  *eproc
+}
+
+func (g *e2eGateway) writeConfig(t *testing.T, upstream string, fleet *sim.Fleet, devices int) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "allow_empty = true\n[gateway]\nid = %q\ndata_dir = %q\n[http]\nlisten = \"127.0.0.1:0\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", g.id, filepath.Join(g.dir, "data"))
+	fmt.Fprintf(&b, "[upstream.websocket]\nurl = \"ws://%s/ingest\"\nbatch_wait = \"100ms\"\n", upstream)
+	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
+	for i := 0; i < devices; i++ {
+		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = \"100ms\"\ntimeout = \"80ms\"\n", i+1, fleet.Addr(i%fleet.Len()))
+	}
+	if err := os.WriteFile(g.cfg, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startGatewayProc(t *testing.T, bin string, g *e2eGateway) {
+	t.Helper()
+	g.p = startE(t, g.id, bin, "run", "-config", g.cfg)
+	line := g.p.waitLine("edgegw running", 30*time.Second)
+	g.page = line[strings.Index(line, "page=")+len("page="):]
+}
+
+type gwStatus struct {
+	Seq      uint64 `json:"seq"`
+	Epoch    string `json:"epoch"`
+	Upstream struct {
+		Path         string `json:"path"`
+		QueueSamples int64  `json:"queue_samples"`
+	} `json:"upstream"`
+}
+
+func (g *e2eGateway) status(t *testing.T) (gwStatus, bool) {
+	var s gwStatus
+	code, body := getQuiet(g.page + "api/status")
+	if code != 200 {
+		return s, false
+	}
+	return s, json.Unmarshal([]byte(body), &s) == nil
+}
+
+// getQuiet is a GET that reports failure as code 0 (the test polls).
+func getQuiet(url string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// stopAcquiring reloads every gateway without devices (allow_empty), waits
+// until each has its sequence still and its queue empty (everything
+// acked), and returns each one's last seq: the samples it acquired.
+func stopAcquiring(t *testing.T, gws []*e2eGateway, upstream string, fleet *sim.Fleet, limit time.Duration) map[string]uint64 {
+	t.Helper()
+	for _, g := range gws {
+		g.writeConfig(t, upstream, fleet, 0)
+		_ = g.p.cmd.Process.Signal(syscall.SIGHUP)
+	}
+	acquired := map[string]uint64{}
+	for _, g := range gws {
+		var last gwStatus
+		stable := 0
+		testenv.WaitFor(t, limit, g.id+": sequence still and queue drained", func() bool {
+			s, ok := g.status(t)
+			if !ok {
+				return false
+			}
+			if s.Seq == last.Seq && s.Upstream.QueueSamples == 0 {
+				stable++
+			} else {
+				stable = 0
+			}
+			last = s
+			return stable >= 5
+		})
+		acquired[g.id] = last.Seq
+	}
+	return acquired
+}
+
+// checkStored asserts, per gateway, that the database holds exactly the
+// seqs 1..acquired of one epoch (count = acquired, no hole, no duplicate:
+// the primary key), and that the gaps command finds no hole.
+func checkStored(t *testing.T, db *pgtest.Server, recvBin string, acquired map[string]uint64) {
+	t.Helper()
+	if got := db.Psql(`SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'edgegw_samples'::regclass AND contype = 'p'`); got != "PRIMARY KEY (gateway, epoch, seq)" {
+		t.Fatalf("primary key of edgegw_samples: %q", got)
+	}
+	var produced, stored uint64
+	for _, gw := range slices.Sorted(maps.Keys(acquired)) {
+		n := acquired[gw]
+		got := db.Psql(fmt.Sprintf(`SELECT count(*), count(DISTINCT epoch), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM edgegw_samples WHERE gateway = '%s'`, gw))
+		f := strings.Split(got, "|")
+		count, _ := strconv.ParseUint(f[0], 10, 64)
+		produced += n
+		stored += count
+		t.Logf("%s: acquired (its seq) %d, stored %d (epochs %s, seq %s..%s)", gw, n, count, f[1], f[2], f[3])
+		if count != n || f[1] != "1" || f[2] != "1" || f[3] != strconv.FormatUint(n, 10) {
+			t.Errorf("%s: stored count|epochs|min|max = %s, want %d|1|1|%d", gw, got, n, n)
+		}
+	}
+	t.Logf("produced %d samples, stored %d", produced, stored)
+	out, err := exec.Command(recvBin, "gaps", "-postgres", db.URL()).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "gaps: 0 holes") {
+		t.Errorf("edgegw-receiver gaps: %v\n%s", err, out)
+	}
+}
+
+// haproxyConfig balances /ingest over the receivers by the gateway id
+// (consistent hash of the Edgegw-Gateway header), with /healthz checks
+// every 300 ms so that a killed receiver is out at once.
+func haproxyConfig(listen string, rs []*recvProc) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "global\n  maxconn 4000\ndefaults\n  mode http\n  timeout connect 2s\n  timeout client 120s\n  timeout server 120s\n  timeout tunnel 120s\n  option redispatch\n  retries 3\n")
+	fmt.Fprintf(&b, "frontend gateways\n  bind %s\n  default_backend receivers\n", listen)
+	b.WriteString("backend receivers\n  balance hdr(Edgegw-Gateway)\n  hash-type consistent\n  option httpchk GET /healthz\n  http-check expect status 200\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "  server %s %s check inter 300ms fall 1 rise 2\n", r.id, r.addr)
+	}
+	return b.String()
+}
+
+// Three receivers behind HAProxy, each killed with SIGKILL and started
+// again in turn while the gateways run: afterwards every gateway's
+// acquired samples are in the table exactly once, and gaps finds no hole.
+// make test runs 4 gateways for ~40 s with a kill every 8 s; EDGEGW_FULL=1
+// runs 20 gateways for 3 minutes with a kill every 15 s.
+func TestE2EReceiversKilledBehindHAProxy(t *testing.T) {
+	haproxy := testenv.Need(t, "haproxy")
+	gateways, run, every, devices := 4, 40*time.Second, 8*time.Second, 10 // 10 loggers x 2 tags x 10/s = 200 samples/s each
+	if os.Getenv("EDGEGW_FULL") == "1" {
+		gateways, run, every, devices = 20, 3*time.Minute, 15*time.Second, 5 // 100 samples/s each
+	}
+	lab, rbin := binaries(t)
+	db := pgtest.Start(t)
+	fleet := runSimFleet(t, 10)
+	var rs []*recvProc
+	for i := 1; i <= 3; i++ {
+		r := &recvProc{id: fmt.Sprintf("r%d", i), addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+		startReceiverProc(t, rbin, db.URL(), r)
+		rs = append(rs, r)
+	}
+	front := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(haproxyConfig(front, rs)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startE(t, "haproxy", haproxy, "-f", cfg, "-db")
+	testenv.WaitFor(t, 20*time.Second, "haproxy accepting", func() bool {
+		code, _ := getQuiet("http://" + front + "/healthz")
+		return code == 200
+	})
+	var gws []*e2eGateway
+	for i := 1; i <= gateways; i++ {
+		g := &e2eGateway{id: fmt.Sprintf("gw-%02d", i), dir: t.TempDir()}
+		g.cfg = filepath.Join(g.dir, "edgegw.toml")
+		g.writeConfig(t, front, fleet, devices)
+		startGatewayProc(t, lab, g)
+		gws = append(gws, g)
+	}
+	testenv.WaitFor(t, 60*time.Second, "every gateway storing", func() bool {
+		return db.Psql("SELECT count(DISTINCT gateway) FROM edgegw_samples") == strconv.Itoa(gateways)
+	})
+	start := time.Now()
+	kills := 0
+	for k := 0; time.Since(start) < run; k++ {
+		tick := time.NewTimer(every)
+		testenv.Recv(t, tick.C, every+time.Second, "the kill period")
+		r := rs[k%len(rs)]
+		r.p.kill()
+		kills++
+		startReceiverProc(t, rbin, db.URL(), r)
+	}
+	t.Logf("%d receiver kills over %v", kills, time.Since(start).Round(time.Second))
+	acquired := stopAcquiring(t, gws, front, fleet, 120*time.Second)
+	checkStored(t, db, rbin, acquired)
+	for _, g := range gws {
+		g.p.term(20 * time.Second)
+	}
+}
+
+// A receiver whose database goes away (pg_ctl stop -m immediate) acks
+// nothing while it is away, its /healthz answers 503 naming the database,
+// and the gateway's queue holds the samples; once the database is back,
+// nothing is lost.
+func TestE2EDatabaseOutage(t *testing.T) {
+	lab, rbin := binaries(t)
+	db := pgtest.Start(t)
+	fleet := runSimFleet(t, 10)
+	r := &recvProc{id: "r1", addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+	startReceiverProc(t, rbin, db.URL(), r)
+	g := &e2eGateway{id: "gw-db", dir: t.TempDir()}
+	g.cfg = filepath.Join(g.dir, "edgegw.toml")
+	g.writeConfig(t, r.addr, fleet, 10)
+	startGatewayProc(t, lab, g)
+	testenv.WaitFor(t, 60*time.Second, "samples stored", func() bool {
+		n, _ := strconv.Atoi(db.Psql("SELECT count(*) FROM edgegw_samples"))
+		return n >= 1000
+	})
+	db.Stop("immediate")
+	var h Health
+	testenv.WaitFor(t, 30*time.Second, "healthz 503 naming the database", func() bool {
+		code, body := getQuiet("http://" + r.addr + "/healthz")
+		return code == 503 && json.Unmarshal([]byte(body), &h) == nil && strings.Contains(h.Reason, "database")
+	})
+	t.Logf("healthz while the database is down: %+v", h)
+	batches := func() string {
+		_, m := getQuiet("http://" + r.addr + "/metrics")
+		for _, l := range strings.Split(m, "\n") {
+			if strings.HasPrefix(l, "edgegw_receiver_batches_total ") {
+				return l
+			}
+		}
+		return "none"
+	}
+	before := batches()
+	s0, _ := g.status(t)
+	testenv.WaitFor(t, 30*time.Second, "the gateway's queue holding 2000 samples", func() bool {
+		s, ok := g.status(t)
+		return ok && s.Upstream.QueueSamples >= 2000 && s.Seq > s0.Seq
+	})
+	if after := batches(); after != before {
+		t.Fatalf("batches acked while the database was down: %s, then %s", before, after)
+	}
+	db.Restart()
+	acquired := stopAcquiring(t, []*e2eGateway{g}, r.addr, fleet, 120*time.Second)
+	checkStored(t, db, rbin, acquired)
+	g.p.term(20 * time.Second)
+	r.p.term(10 * time.Second)
+}
+
+// runSimFleet runs n simulated UDP loggers in the test process.
+func runSimFleet(t *testing.T, n int) *sim.Fleet {
+	t.Helper()
+	fleet, err := sim.NewFleet(sim.Config{Devices: n, Transport: "udp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fleet.Run(ctx) }()
+	t.Cleanup(func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the fleet's Run to return") })
+	return fleet
+}
