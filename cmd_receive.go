@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"edgegw/receiver"
 )
@@ -23,6 +24,7 @@ func cmdReceive(args []string) error {
 	tokenFile := fs.String("token-file", "", "file holding the bearer token gateways must present (empty: no check)")
 	stateDir := fs.String("state", "", "directory for the dedup state, one <gateway>.json each, kept across restarts (default <out>.state; none with -out -)")
 	newLog := logFlags(fs)
+	mq := receiver.MQTTFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,7 +64,23 @@ func cmdReceive(args []string) error {
 	fmt.Fprintf(os.Stderr, "receiving on ws://%s/ingest\n", addr)
 	ctx, stop := signalContext()
 	defer stop()
+	mqttDone := make(chan error, 1)
+	if len(mq.Brokers) > 0 {
+		mq.Logger = log
+		m, err := receiver.NewMQTT(r, *mq)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "receiving from mqtt %s topic %s\n", strings.Join(mq.Brokers, ","), m.Topic())
+		go func() { mqttDone <- m.Run(ctx) }()
+	} else {
+		mqttDone <- nil
+	}
 	err = r.Serve(ctx)
+	stop()
+	if merr := <-mqttDone; err == nil {
+		err = merr
+	}
 	st := r.Stats()
 	fmt.Fprintf(os.Stderr, "received %d batches, %d new samples, %d duplicates, %d gaps (%d samples), %d losses (%d samples lost at the gateway), %d epochs\n",
 		st.Batches, st.Samples, st.Duplicates, st.Gaps, st.GapSamples, st.Losses, st.LostSamples, st.Epochs)

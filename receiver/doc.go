@@ -4,7 +4,10 @@
 // dedups by (gateway, epoch, seq) with state files that survive its own
 // restarts, reports gaps, the loss ranges a gateway announces (counted apart
 // from gaps, with their reason) and new epochs, ingests batches that came another
-// way (MQTT), and sends write commands to connected gateways.
+// way (MQTT: Ingest, and MQTTIngest's shared subscription of the batch
+// topic, acknowledged after Ingest), and sends write commands to connected
+// gateways. It accepts permessage-deflate (without context takeover, as
+// gorilla offers) and bounds each message after decompression.
 //
 // It is a server, and the protocol's reference implementation: the frames
 // it reads and writes are package wire's (its doc comment is the protocol),
@@ -18,5 +21,6 @@
 // commands) are serialized by its own mutex. The dedup state and the output
 // are guarded by one mutex, so Ingest (from any goroutine) and the handlers
 // write whole batches one at a time. Write may be called from any
-// goroutine.
+// goroutine. MQTTIngest.Run owns paho's client; batches are ingested on
+// its one delivery goroutine, in order.
 package receiver

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"edgegw/internal/wsread"
 	"edgegw/wire"
 
 	"github.com/gorilla/websocket"
@@ -122,7 +123,7 @@ func New(cfg Config) *Receiver {
 	}
 	return &Receiver{cfg: cfg, log: cfg.Logger, gws: make(map[string]*gwState), conns: make(map[*websocket.Conn]struct{}),
 		sessions: make(map[string]*rconn),
-		up:       websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 4 << 10}}
+		up:       websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 4 << 10, EnableCompression: true}}
 }
 
 // Listen binds the listening socket (so the address is known before Serve).
@@ -257,7 +258,7 @@ func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.
 	})
 	var ack []byte
 	for {
-		_, msg, err := conn.ReadMessage()
+		_, msg, err := wsread.Message(conn, r.cfg.MaxFrame)
 		if err != nil {
 			if !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) && ctx.Err() == nil {
 				log.Info("receiver: connection ended", "err", err)
