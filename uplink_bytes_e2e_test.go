@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,18 +109,7 @@ type uplinkFigure struct {
 // the bytes the proxy counted per sample stored.
 func measureUplink(t *testing.T, name string, fleet *sim.Fleet, upstream string, p *countingProxy, r *receiver.Receiver, secs int) uplinkFigure {
 	t.Helper()
-	dir := t.TempDir()
-	var b strings.Builder
-	fmt.Fprintf(&b, "[gateway]\nid = \"gw-01\"\ndata_dir = %q\n[http]\nlisten = \"127.0.0.1:0\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", filepath.Join(dir, "data"))
-	b.WriteString(strings.ReplaceAll(upstream, "PROXY", p.addr()))
-	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1, unit = \"°C\" }, { name = \"humidity\", address = 1, scale = 0.1, unit = \"%RH\" } ]\n")
-	for i := 0; i < fleet.Len(); i++ {
-		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = \"1s\"\ntimeout = \"200ms\"\n", i+1, fleet.Addr(i))
-	}
-	cfg := filepath.Join(dir, "edgegw.toml")
-	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := loggersConfig(t, "gw-01", fleet, strings.ReplaceAll(upstream, "PROXY", p.addr()), "1s", "200ms")
 	stored := func() uint64 { return r.Stats().Samples }
 	gw, _ := runGateway(t, cfg)
 	defer gw.stop(20 * time.Second)
