@@ -16,7 +16,7 @@ import (
 
 // hasUpstream reports whether the config names any upstream path.
 func hasUpstream(c *conf.Config) bool {
-	return c.Upstream.WebSocket.URL != "" || (c.Upstream.MQTT.Broker != "" && c.Upstream.MQTT.Mode != conf.MQTTOff)
+	return len(c.Upstream.WebSocket.URLs) > 0 || (len(c.Upstream.MQTT.Brokers) > 0 && c.Upstream.MQTT.Mode != conf.MQTTOff)
 }
 
 // openQueue opens the durable queue under data_dir ("" = memory only).
@@ -64,7 +64,7 @@ func newPusher(c *conf.Config, q *spool.Queue, latest func() *ringstore.Snapshot
 		return nil, err
 	}
 	qos := byte(m.QoS)
-	if qos == 0 && m.Broker != "" {
+	if qos == 0 && len(m.Brokers) > 0 {
 		// conf's defaults say so: a batch leaves the queue only on its PUBACK.
 		log.Warn("upstream.mqtt.qos = 0 cannot acknowledge batches; batches use qos 1 (per-tag topics stay at qos 0)")
 		qos = 1
@@ -72,23 +72,28 @@ func newPusher(c *conf.Config, q *spool.Queue, latest func() *ringstore.Snapshot
 	return push.New(push.Config{
 		GatewayID: c.Gateway.ID,
 		WS: push.WSConfig{
-			URL: ws.URL, Token: token, CAFile: ws.CAFile, CertFile: ws.CertFile, KeyFile: ws.KeyFile,
+			URLs: ws.URLs, PrimaryRetry: ws.PrimaryRetry, NoCompression: !ws.Compression, Token: token, CAFile: ws.CAFile, CertFile: ws.CertFile, KeyFile: ws.KeyFile,
 			ServerName: ws.ServerName, BatchMax: ws.BatchMax, BatchWait: ws.BatchWait,
 		},
 		MQTT: push.MQTTConfig{
-			Broker: m.Broker, Mode: m.Mode, FallbackAfter: ws.FallbackAfter, TopicPrefix: m.TopicPrefix, QoS: qos,
+			Brokers: m.Brokers, Mode: m.Mode, FallbackAfter: ws.FallbackAfter, TopicPrefix: m.TopicPrefix, QoS: qos,
 			ClientID: m.ClientID, Username: user, Password: pass, CAFile: m.CAFile, CertFile: m.CertFile,
 			KeyFile: m.KeyFile, ServerName: m.ServerName, NoPerTagTopics: !m.PerTagTopics, WriteCommands: m.WriteCommands,
 		},
-		Queue: q, Latest: latest, State: st, Logger: log, Writer: uplinkWriter(ws.URL, m.WriteCommands, w),
+		Queue: q, Latest: latest, State: st, Logger: log, Writer: uplinkWriter(ws.URLs, m.WriteCommands, w),
 		Devices: devices, TSMillis: c.Upstream.TSUnit == conf.TSUnitMillis,
 	})
 }
 
 // uplinkWriter is w when some upstream path may carry write commands: a
-// wss:// uplink, or MQTT with write_commands on. Otherwise nil (refused).
-func uplinkWriter(wsURL string, mqttWrites bool, w push.Writer) push.Writer {
-	if strings.HasPrefix(wsURL, "wss://") || mqttWrites {
+// wss:// uplink (every URL in the list wss://), or MQTT with
+// write_commands on. Otherwise nil (refused).
+func uplinkWriter(wsURLs []string, mqttWrites bool, w push.Writer) push.Writer {
+	tls := len(wsURLs) > 0
+	for _, u := range wsURLs {
+		tls = tls && strings.HasPrefix(u, "wss://")
+	}
+	if tls || mqttWrites {
 		return w
 	}
 	return nil

@@ -80,6 +80,12 @@ func TestExampleFile(t *testing.T) {
 	if ws.URL != "wss://collector.example/ingest" || ws.FallbackAfter != 10*time.Second || ws.BatchMax != 500 || ws.BatchWait != 200*time.Millisecond {
 		t.Errorf("websocket = %+v", ws)
 	}
+	if len(ws.URLs) != 1 || ws.URLs[0] != ws.URL || ws.PrimaryRetry != 5*time.Minute || !ws.Compression {
+		t.Errorf("websocket urls = %+v", ws)
+	}
+	if len(mq.Brokers) != 1 || mq.Brokers[0] != mq.Broker {
+		t.Errorf("mqtt brokers = %+v", mq)
+	}
 	if mq.Mode != MQTTFallback || mq.QoS != 1 || mq.TopicPrefix != "edgegw/gw-01" || mq.ClientID != "edgegw-gw-01" || !mq.PerTagTopics || mq.WriteCommands {
 		t.Errorf("mqtt = %+v", mq)
 	}
@@ -162,7 +168,7 @@ tags = [ { name = "c", register = "coil", address = 0 } ]
 				Tags:   []Tag{{Name: "c", Register: "coil", Address: 0, Type: "bool", Order: "ABCD", Bit: -1, Scale: 1, Line: 12}}},
 		},
 		Upstream: Upstream{
-			WebSocket: WebSocket{FallbackAfter: 10 * time.Second, BatchMax: 500, BatchWait: 200 * time.Millisecond},
+			WebSocket: WebSocket{FallbackAfter: 10 * time.Second, BatchMax: 500, BatchWait: 200 * time.Millisecond, PrimaryRetry: 5 * time.Minute, Compression: true},
 			MQTT:      MQTT{TopicPrefix: "edgegw/" + host, Mode: MQTTOff, QoS: 1, ClientID: "edgegw-" + host, PerTagTopics: true},
 			TSUnit:    "us",
 		},

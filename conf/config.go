@@ -230,10 +230,13 @@ const (
 	TSUnitMillis = "ms"
 )
 
-// WebSocket is the primary upstream. URL "" = no WebSocket upstream.
+// WebSocket is the primary upstream. No URLs = no WebSocket upstream.
 type WebSocket struct {
-	URL           string // ws:// or wss://
-	TokenFile     string // bearer token
+	URL           string        // the first of URLs ("" = none)
+	URLs          []string      // ws:// or wss:// receivers in order (url = "…" is a one-element urls)
+	PrimaryRetry  time.Duration // away from URLs[0] this long, go back to it
+	Compression   bool          // offer permessage-deflate
+	TokenFile     string        // bearer token
 	CAFile        string
 	CertFile      string // client certificate: both or neither with KeyFile
 	KeyFile       string
@@ -252,7 +255,8 @@ const (
 
 // MQTT is the fallback (or parallel) upstream and the per-tag topics.
 type MQTT struct {
-	Broker        string // tcp:// ssl:// tls:// mqtt:// mqtts:// ws:// wss://; "" = none
+	Broker        string   // the first of Brokers ("" = none); Sparkplug uses this one
+	Brokers       []string // tcp:// ssl:// tls:// mqtt:// mqtts:// ws:// wss:// (broker = "…" is a one-element brokers)
 	TopicPrefix   string
 	Mode          string // fallback | always | off
 	QoS           int    // 0, 1 or 2

@@ -78,11 +78,15 @@ import "time"
 //	tag writable                     false                        holding and coil only
 //	tag min, max                     none                         min <= max
 //	[upstream] ts_unit               "us"                         us | ms: ts in every upstream payload
-//	[upstream.websocket] url         "" (none)                    ws:// or wss://
+//	[upstream.websocket] url         "" (none)                    ws:// or wss://; or urls = [...] (not both)
+//	[upstream.websocket] urls        [] (none)                    tried in order; on failure the next
+//	[upstream.websocket] primary_retry "5m"                       > 0; away from urls[0] this long, back to it
+//	[upstream.websocket] compression true                         offer permessage-deflate
 //	[upstream.websocket] fallback_after  "10s"                    > 0
 //	[upstream.websocket] batch_max   500 samples                  > 0
 //	[upstream.websocket] batch_wait  "200ms"                      > 0
 //	[upstream.mqtt] broker           "" (none)                    tcp ssl tls mqtt mqtts ws wss :// host:port
+//	[upstream.mqtt] brokers          [] (none)                    a cluster, tried in order (not with broker)
 //	[upstream.mqtt] topic_prefix     "edgegw/<gateway id>"        no + # or trailing /
 //	[upstream.mqtt] mode             "fallback" if broker set, else "off"   fallback | always | off
 //	[upstream.mqtt] qos              1 (the batch topic's)        1 | 2; 0 runs as 1 (warned)
@@ -149,6 +153,8 @@ const (
 	DefaultTSUnit        = TSUnitMicros
 	DefaultFallbackAfter = 10 * time.Second
 	DefaultBatchMax      = 500
+	DefaultPrimaryRetry  = 5 * time.Minute
+	DefaultCompression   = true
 	DefaultBatchWait     = 200 * time.Millisecond
 
 	DefaultTopicPrefixBase = "edgegw/" // + gateway id

@@ -221,12 +221,12 @@ func (d *decoder) history(t *table, h *History) {
 }
 
 func (d *decoder) websocket(t *table, w *WebSocket) {
-	if s, ok := t.str("url"); ok {
-		if err := checkURL(s, "ws", "wss"); err != nil {
-			t.errf("url", "%s %q: %v", t.name("url"), s, err)
-		}
-		w.URL = s
+	w.URLs = urlList(t, "url", "urls", "ws", "wss")
+	if len(w.URLs) > 0 {
+		w.URL = w.URLs[0]
 	}
+	w.PrimaryRetry = t.positive("primary_retry", DefaultPrimaryRetry, false)
+	w.Compression = t.boolean("compression", DefaultCompression)
 	w.TokenFile, _ = t.str("token_file")
 	w.CAFile, _ = t.str("ca_file")
 	w.CertFile, _ = t.str("cert_file")
@@ -240,11 +240,9 @@ func (d *decoder) websocket(t *table, w *WebSocket) {
 }
 
 func (d *decoder) mqtt(t *table, m *MQTT, gatewayID string) {
-	if s, ok := t.str("broker"); ok {
-		if err := checkURL(s, "tcp", "ssl", "tls", "mqtt", "mqtts", "ws", "wss"); err != nil {
-			t.errf("broker", "%s %q: %v", t.name("broker"), s, err)
-		}
-		m.Broker = s
+	m.Brokers = urlList(t, "broker", "brokers", "tcp", "ssl", "tls", "mqtt", "mqtts", "ws", "wss")
+	if len(m.Brokers) > 0 {
+		m.Broker = m.Brokers[0]
 	}
 	m.TopicPrefix = DefaultTopicPrefixBase + gatewayID
 	if s, ok := t.str("topic_prefix"); ok {
@@ -352,6 +350,42 @@ func netAddress(s string) (string, error) {
 		return "", err
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// urlList reads a list of URLs from key list, or one from key one (a
+// one-element list); both at once is an error.
+func urlList(t *table, one, list string, schemes ...string) []string {
+	var out []string
+	s, hasOne := t.str(one)
+	if hasOne {
+		out = []string{s}
+	}
+	if t.has(list) {
+		if hasOne {
+			t.strs(list) // read: the one error is that both are set
+			t.errf(list, "%s and %s are both set: use %s alone (%s = %q is %s = [%q])", t.name(one), t.name(list), t.name(list), one, s, list, s)
+			return out
+		}
+		out = t.strs(list)
+		if len(out) == 0 {
+			t.errf(list, "%s is empty", t.name(list))
+		}
+	}
+	seen := map[string]bool{}
+	for i, u := range out {
+		key, name := one, t.name(one)
+		if !hasOne {
+			key, name = list, fmt.Sprintf("%s[%d]", t.name(list), i)
+		}
+		if err := checkURL(u, schemes...); err != nil {
+			t.errf(key, "%s %q: %v", name, u, err)
+		}
+		if seen[u] {
+			t.errf(key, "%s %q: listed twice", name, u)
+		}
+		seen[u] = true
+	}
+	return out
 }
 
 func checkURL(s string, schemes ...string) error {

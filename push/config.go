@@ -53,9 +53,12 @@ type Config struct {
 	MaxWrites    int           // write commands in flight per uplink connection (4); beyond it "busy" at once
 }
 
-// WSConfig is the WebSocket uplink. URL "" = no WebSocket (MQTT only).
+// WSConfig is the WebSocket uplink. No URL = no WebSocket (MQTT only).
 type WSConfig struct {
-	URL                        string        // ws:// or wss://
+	URL                        string        // ws:// or wss://; the same as URLs = {URL} (not both)
+	URLs                       []string      // receivers, tried in order (see wsLoop); New sets it from URL
+	PrimaryRetry               time.Duration // 5m: away from URLs[0] this long, the uplink tries it again
+	NoCompression              bool          // do not offer permessage-deflate (offered unless set)
 	Token                      string        // bearer token (main reads it from the file)
 	CAFile, CertFile, KeyFile  string        // wss: extra CA, client certificate
 	ServerName                 string        // TLS server name override
@@ -68,9 +71,10 @@ type WSConfig struct {
 	ReconnectMin, ReconnectMax time.Duration // backoff with jitter (500ms, 30s)
 }
 
-// MQTTConfig is the MQTT publisher. Broker "" = no MQTT.
+// MQTTConfig is the MQTT publisher. No broker = no MQTT.
 type MQTTConfig struct {
-	Broker                    string        // tcp://host:1883, ssl://host:8883
+	Broker                    string        // tcp://host:1883, ssl://host:8883; the same as Brokers = {Broker} (not both)
+	Brokers                   []string      // a broker cluster: paho tries them in order at each (re)connect; New sets it from Broker
 	Mode                      string        // fallback (default), always, off
 	FallbackAfter             time.Duration // 10s
 	TopicPrefix               string        // "edgegw/<GatewayID>"
@@ -103,16 +107,20 @@ type Pusher struct {
 	tlsMQTT *tls.Config
 	mirror  func(frame []byte) // mode always: every batch sent over WebSocket (set by Run)
 
-	wsOrigin   string // "websocket uplink <host>", passed to the Writer
-	mqttOrigin string // "mqtt <broker host>"
+	wsOrigins  []string // "websocket uplink <host>" of each URL, passed to the Writer
+	mqttOrigin string   // "mqtt <broker host>"
 	wc         writeCounters
 	refuseLog  backoff.Log
 	mqttRate   *rate.Limiter // write commands over MQTT
 
-	// Link states, each logged once per change (upstreamlog.go).
-	wsState, mqttState backoff.State
-	wsFailures         atomic.Uint64 // failed dials (what the log lines summarise)
-	mqttFailures       atomic.Uint64 // failed MQTT connection attempts
+	// Link states, each logged once per change (upstreamlog.go): one per
+	// receiver URL (wsStates[i] is URLs[i]'s), and which URL or broker
+	// carries the stream.
+	wsStates                []backoff.State
+	mqttState               backoff.State
+	wsURLState, brokerState backoff.State
+	wsFailures              atomic.Uint64 // failed dials (what the log lines summarise)
+	mqttFailures            atomic.Uint64 // failed MQTT connection attempts
 }
 
 // New checks cfg, fills the defaults and loads TLS files. It starts nothing.
@@ -130,6 +138,15 @@ func New(cfg Config) (*Pusher, error) {
 		cfg.State = new(stats.Upstream)
 	}
 	w := &cfg.WS
+	if w.URL != "" && len(w.URLs) > 0 {
+		return nil, errors.New("push: websocket: both url and urls are set; use urls alone (url is a one-element urls)")
+	}
+	if w.URL != "" {
+		w.URLs = []string{w.URL}
+	}
+	w.URLs = append([]string(nil), w.URLs...)
+	w.URL = ""
+	w.PrimaryRetry = orDur(w.PrimaryRetry, 5*time.Minute)
 	w.HandshakeTimeout = orDur(w.HandshakeTimeout, 10*time.Second)
 	w.PingInterval = orDur(w.PingInterval, 20*time.Second)
 	w.BatchWait = orDur(w.BatchWait, 200*time.Millisecond)
@@ -143,8 +160,16 @@ func New(cfg Config) (*Pusher, error) {
 		w.Window = 4
 	}
 	m := &cfg.MQTT
+	if m.Broker != "" && len(m.Brokers) > 0 {
+		return nil, errors.New("push: mqtt: both broker and brokers are set; use brokers alone (broker is a one-element brokers)")
+	}
+	if m.Broker != "" {
+		m.Brokers = []string{m.Broker}
+	}
+	m.Brokers = append([]string(nil), m.Brokers...)
+	m.Broker = ""
 	switch {
-	case m.Broker == "":
+	case len(m.Brokers) == 0:
 		m.Mode = ModeOff
 	case m.Mode == "":
 		m.Mode = ModeFallback
@@ -178,39 +203,70 @@ func New(cfg Config) (*Pusher, error) {
 	if cfg.MaxWrites <= 0 {
 		cfg.MaxWrites = 4
 	}
-	if w.URL == "" && m.Mode == ModeOff {
+	if len(w.URLs) == 0 && m.Mode == ModeOff {
 		return nil, errors.New("push: neither a websocket url nor an mqtt broker")
 	}
 	p := &Pusher{cfg: cfg, log: cfg.Logger, q: cfg.Queue, st: cfg.State,
 		refuseLog: backoff.Log{Every: 10 * time.Second, Level: slog.LevelWarn}, mqttRate: rate.NewLimiter(rate.Limit(m.WriteRate), m.WriteBurst)}
 	p.gwJSON, _ = json.Marshal(cfg.GatewayID)
 	var err error
-	if w.URL != "" {
-		u, perr := url.Parse(w.URL)
-		if perr != nil || (u.Scheme != "ws" && u.Scheme != "wss") {
-			return nil, fmt.Errorf("push: websocket: url %q: want ws:// or wss://", w.URL)
+	if len(w.URLs) > 0 {
+		hosts := make([]string, 0, len(w.URLs))
+		for _, s := range w.URLs {
+			u, perr := url.Parse(s)
+			if perr != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+				return nil, fmt.Errorf("push: websocket: url %q: want ws:// or wss://", s)
+			}
+			hosts = append(hosts, u.Host)
 		}
 		if p.tlsWS, err = tlsfile.Client(w.CAFile, w.CertFile, w.KeyFile, w.ServerName); err != nil {
 			return nil, fmt.Errorf("push: websocket: %w", err)
 		}
-		p.wsOrigin = "websocket uplink " + u.Host
+		for _, h := range hosts {
+			p.wsOrigins = append(p.wsOrigins, "websocket uplink "+h)
+		}
+		p.wsStates = make([]backoff.State, len(w.URLs))
 		p.header = http.Header{}
 		p.header.Set(wire.GatewayHeader, cfg.GatewayID)
 		if w.Token != "" {
 			p.header.Set("Authorization", "Bearer "+w.Token)
 		}
+		p.st.WSURLs.Store(redacted(w.URLs))
 	}
 	if m.Mode != ModeOff {
-		p.mqttOrigin = "mqtt " + m.Broker
-		if u, err := url.Parse(m.Broker); err == nil && u.Host != "" {
-			p.mqttOrigin = "mqtt " + u.Host
+		hosts := make([]string, 0, len(m.Brokers))
+		for _, b := range m.Brokers {
+			if u, err := url.Parse(b); err == nil && u.Host != "" {
+				hosts = append(hosts, u.Host)
+			} else {
+				hosts = append(hosts, b)
+			}
 		}
+		p.mqttOrigin = "mqtt " + strings.Join(hosts, ",")
 		if p.tlsMQTT, err = tlsfile.Client(m.CAFile, m.CertFile, m.KeyFile, m.ServerName); err != nil {
 			return nil, fmt.Errorf("push: mqtt: %w", err)
 		}
+		p.st.MQTTBrokers.Store(redacted(m.Brokers))
 	}
 	p.setPath(stats.PathBuffering)
 	return p, nil
+}
+
+// redacted is the URLs as /api/status shows them: a password in one is
+// replaced by "xxxxx".
+func redacted(urls []string) []string {
+	out := make([]string, len(urls))
+	for i, s := range urls {
+		out[i] = redact(s)
+	}
+	return out
+}
+
+func redact(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return s
 }
 
 func orDur(d, def time.Duration) time.Duration {

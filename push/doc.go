@@ -12,7 +12,12 @@
 // uplink is up ("connected") only from a session's first batch acked
 // within AckTimeout: a receiver that answers the handshake and stores
 // nothing counts as down, for the fallback and for the path /healthz reads. Everything else
-// is resent, so receivers dedup by (gateway, epoch, seq). Write commands come
+// is resent, so receivers dedup by (gateway, epoch, seq). The WebSocket
+// uplink tries its receiver URLs in order (the next on failure, back to the
+// first after PrimaryRetry, handing the stream over without loss) and
+// offers permessage-deflate (gorilla: each message deflated alone); MQTT
+// gives paho every broker of a cluster. Which URL and broker is current is
+// in stats.Upstream, each change logged once. Write commands come
 // back the same ways (the receiver over the WebSocket uplink; MQTT
 // <prefix>/write/<device>/<tag> only with MQTT.WriteCommands, which trusts
 // the broker's ACLs: whoever may publish there may write) and are handed to

@@ -42,10 +42,12 @@ type mqttLink struct {
 func (p *Pusher) newMQTT() *mqttLink {
 	m := p.cfg.MQTT
 	l := &mqttLink{prefix: m.TopicPrefix, change: make(chan struct{})}
-	log := p.log.With("broker", m.Broker)
-	o := mqtt.NewClientOptions().
-		AddBroker(m.Broker).
-		SetClientID(m.ClientID).
+	log := p.log.With("broker", strings.Join(redacted(m.Brokers), ","))
+	o := mqtt.NewClientOptions()
+	for _, b := range m.Brokers {
+		o.AddBroker(b) // paho tries them in this order at each connect and reconnect
+	}
+	o.SetClientID(m.ClientID).
 		SetUsername(m.Username).
 		SetPassword(m.Password).
 		SetCleanSession(true).
@@ -65,6 +67,7 @@ func (p *Pusher) newMQTT() *mqttLink {
 	if m.WriteCommands {
 		l.cmds = make(chan mqttCmd, 8)
 	}
+	var trying atomic.Value // string: the broker paho tries (or is connected to) now
 	o.SetOnConnectHandler(func(c mqtt.Client) {
 		if l.cmds != nil {
 			// Subscribed here, so that it survives reconnects (clean session).
@@ -77,7 +80,12 @@ func (p *Pusher) newMQTT() *mqttLink {
 			p.st.Reconnects.Add(1)
 		}
 		l.mu.Unlock()
-		p.mqttState.Set(log, slog.LevelInfo, "connected", "push: mqtt: connected")
+		b, _ := trying.Load().(string)
+		p.st.MQTTBroker.Store(b)
+		p.mqttState.Set(log, slog.LevelInfo, "connected", "push: mqtt: connected", "to", b)
+		if len(m.Brokers) > 1 {
+			p.brokerState.Set(p.log, slog.LevelInfo, b, "push: mqtt: broker", "broker", b, "of", len(m.Brokers))
+		}
 		l.notify()
 	})
 	o.SetConnectionLostHandler(func(_ mqtt.Client, err error) {
@@ -88,6 +96,11 @@ func (p *Pusher) newMQTT() *mqttLink {
 	// why an attempt failed only here: refused (CONNACK code), unreachable,
 	// or the TLS complaint. One line per change of reason.
 	o.SetConnectionNotificationHandler(func(_ mqtt.Client, n mqtt.ConnectionNotification) {
+		if b, ok := n.(mqtt.ConnectionNotificationBroker); ok && b.Broker != nil {
+			trying.Store(b.Broker.Redacted())
+			p.st.MQTTBroker.Store(b.Broker.Redacted())
+			return
+		}
 		if f, ok := n.(mqtt.ConnectionNotificationFailed); ok {
 			p.mqttFailures.Add(1)
 			p.mqttState.Set(log, slog.LevelWarn, failState("failed", f.Reason), "push: mqtt: cannot connect", errArgs(f.Reason)...)
@@ -155,7 +168,7 @@ type pub struct {
 func (p *Pusher) mqttSender(ctx, run context.Context, l *mqttLink) {
 	w, m := p.cfg.WS, p.cfg.MQTT
 	topic := m.TopicPrefix + "/batch"
-	log := p.log.With("broker", m.Broker, "topic", topic)
+	log := p.log.With("topic", topic)
 	after := p.q.Acked()
 	var inflight []pub
 	bt := batcher{max: w.BatchMax, wait: w.BatchWait}

@@ -46,7 +46,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 			wg.Add(1)
 			go func() { defer wg.Done(); p.perTagLoop(ctx, link) }()
 		}
-		if mode == ModeAlways && p.cfg.WS.URL != "" {
+		if mode == ModeAlways && len(p.cfg.WS.URLs) > 0 {
 			frames := make(chan []byte, 64)
 			skipped := new(atomic.Uint64)
 			p.mirror = func(f []byte) {
@@ -61,7 +61,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 		}
 	}
 	events := make(chan wsEvent)
-	if p.cfg.WS.URL != "" {
+	if len(p.cfg.WS.URLs) > 0 {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.wsLoop(ctx, events) }()
 	}
@@ -111,7 +111,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 	// the stream whenever no session holds it; paused: the session took the
 	// stream from a running MQTT sender (it gets it back unless the session
 	// acks).
-	unauthorized, wsActive, wsIsUp, fellBack, paused := false, false, false, p.cfg.WS.URL == "", false
+	unauthorized, wsActive, wsIsUp, fellBack, paused := false, false, false, len(p.cfg.WS.URLs) == 0, false
 	// The dispatcher is the only writer of State.Path.
 	updatePath := func() {
 		switch {
@@ -129,7 +129,7 @@ func (p *Pusher) Run(ctx context.Context) error {
 	}
 	fallback := time.NewTimer(p.cfg.MQTT.FallbackAfter)
 	defer fallback.Stop()
-	if p.cfg.WS.URL == "" {
+	if len(p.cfg.WS.URLs) == 0 {
 		startSender() // MQTT is the only path
 	}
 	var linkChange <-chan struct{}

@@ -127,7 +127,7 @@ func TestUplinkWrite(t *testing.T) {
 		t.Fatalf("answer %+v", a)
 	}
 	calls := w.getCalls()
-	u := "websocket uplink " + strings.TrimPrefix(strings.TrimSuffix(p.cfg.WS.URL, "/ingest"), "ws://")
+	u := "websocket uplink " + strings.TrimPrefix(strings.TrimSuffix(p.cfg.WS.URLs[0], "/ingest"), "ws://")
 	want := []writeCall{{"boiler-plc", "setpoint", 42.5, u}, {"boiler-plc", "limited", 90.5, u}}
 	if fmt.Sprint(calls) != fmt.Sprint(want) {
 		t.Fatalf("writer calls %v, want %v", calls, want)

@@ -1,6 +1,7 @@
 package push
 
 import (
+	"compress/flate"
 	"context"
 	"errors"
 	"fmt"
@@ -8,12 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"edgegw/internal/backoff"
+	"edgegw/internal/wsread"
 	"edgegw/wire"
 
 	"github.com/gorilla/websocket"
@@ -54,6 +57,15 @@ const (
 // acknowledged (wsConnected): only then is the WebSocket up. After a
 // session the loop waits the next backoff delay, whether or not the
 // handshake had succeeded.
+//
+// Receivers (URLs) are tried in order: a failed dial or a session that
+// ends moves to the next one (after the backoff delay, with jitter; from
+// the last back to the first). Once the uplink has been away from the
+// first URL for PrimaryRetry, it goes back to it: a session on another
+// URL then stops taking new batches, waits (at most AckTimeout) for the
+// acks of those in flight and ends, and the first URL is dialled at once;
+// if it fails, the order goes on from the second. Every session starts
+// from the oldest unacknowledged sample.
 func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 	w := p.cfg.WS
 	// gorilla watches ctx only while connecting, not during the HTTP
@@ -63,11 +75,12 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 	var dialing net.Conn
 	var nd net.Dialer
 	dialer := &websocket.Dialer{
-		Proxy:            http.ProxyFromEnvironment,
-		HandshakeTimeout: w.HandshakeTimeout,
-		TLSClientConfig:  p.tlsWS,
-		ReadBufferSize:   4 << 10,
-		WriteBufferSize:  64 << 10,
+		Proxy:             http.ProxyFromEnvironment,
+		HandshakeTimeout:  w.HandshakeTimeout,
+		TLSClientConfig:   p.tlsWS,
+		ReadBufferSize:    4 << 10,
+		WriteBufferSize:   64 << 10,
+		EnableCompression: !w.NoCompression,
 		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := nd.DialContext(ctx, network, addr)
 			dialMu.Lock()
@@ -83,12 +96,26 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 		}
 		dialMu.Unlock()
 	}
-	log := p.log.With("url", w.URL)
 	bo := backoff.Delay{Min: w.ReconnectMin, Max: w.ReconnectMax}
 	connects := 0
+	cur := 0                  // index into URLs of the receiver to dial
+	var leftPrimary time.Time // when the uplink moved away from URLs[0]
+	next := func() {
+		if cur == 0 {
+			leftPrimary = time.Now()
+		}
+		cur = (cur + 1) % len(w.URLs)
+	}
 	for {
+		if cur != 0 && time.Since(leftPrimary) >= w.PrimaryRetry {
+			cur = 0
+		}
+		u := w.URLs[cur]
+		p.st.WSURL.Store(redact(u))
+		log := p.log.With("url", redact(u))
+		state := &p.wsStates[cur]
 		stopWatch := context.AfterFunc(ctx, interrupt)
-		conn, resp, err := dialer.DialContext(ctx, w.URL, p.header)
+		conn, resp, err := dialer.DialContext(ctx, u, p.header)
 		stopWatch()
 		dialMu.Lock()
 		dialing = nil
@@ -105,16 +132,17 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 				return
 			}
 			if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
-				uerr := &UnauthorizedError{URL: w.URL, Status: resp.StatusCode}
-				p.wsState.Set(log, slog.LevelError, "unauthorized",
+				uerr := &UnauthorizedError{URL: redact(u), Status: resp.StatusCode}
+				state.Set(log, slog.LevelError, "unauthorized",
 					"push: websocket: receiver refused the token; not retrying (check the token file, then restart)", "err", uerr)
 				send(ctx, events, wsEvent{kind: wsUnauthorized})
 				return
 			}
 			d := bo.Next()
 			p.wsFailures.Add(1)
-			p.wsState.Set(log, slog.LevelWarn, failState("failed", err), "push: websocket: cannot connect",
+			state.Set(log, slog.LevelWarn, failState("failed", err), "push: websocket: cannot connect",
 				append(errArgs(err), "retry_in", d.Round(time.Millisecond))...)
+			next()
 			if !sleepCtx(ctx, d) {
 				return
 			}
@@ -135,16 +163,46 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 			conn.Close()
 			return
 		}
+		// Away from the first URL: hand the stream back to it once the
+		// uplink has been away PrimaryRetry.
+		var handover <-chan time.Time
+		var primaryDue *time.Timer
+		if cur != 0 {
+			primaryDue = time.NewTimer(max(0, time.Until(leftPrimary.Add(w.PrimaryRetry))))
+			handover = primaryDue.C
+		}
+		deflate := negotiated(resp)
+		if deflate {
+			// Each message is deflated alone (see negotiated): the best
+			// level costs little CPU at a gateway's rates and takes ~20%
+			// off the bytes of a batch.
+			_ = conn.SetCompressionLevel(flate.BestCompression)
+		}
 		// Connected is the first batch acknowledged, not the handshake: a
 		// receiver that answers the handshake and stores nothing is down.
 		var connectedAt time.Time
-		err = p.session(ctx, conn, func() {
+		err = p.session(ctx, conn, p.wsOrigins[cur], handover, func() {
 			connectedAt = time.Now()
-			p.wsState.Set(log, slog.LevelInfo, "connected", "push: websocket: connected")
+			state.Set(log, slog.LevelInfo, "connected", "push: websocket: connected", "compressed", deflate)
+			if len(w.URLs) > 1 {
+				p.wsURLState.Set(p.log, slog.LevelInfo, redact(u), "push: websocket: receiver", "url", redact(u), "of", len(w.URLs))
+			}
 			send(ctx, events, wsEvent{kind: wsConnected})
 		})
+		if primaryDue != nil {
+			primaryDue.Stop()
+		}
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errHandover) {
+			// Back to the first URL at once; not a failure.
+			log.Info("push: websocket: back to the first receiver url", "after", w.PrimaryRetry, "first", redact(w.URLs[0]))
+			cur = 0
+			if !send(ctx, events, wsEvent{kind: wsDown}) {
+				return
+			}
+			continue
 		}
 		// The delay starts over only after a session that stayed connected
 		// for ReconnectMax: a receiver that fails every session, before or
@@ -156,12 +214,13 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 		why := sessionReason(err)
 		if connectedAt.IsZero() {
 			p.st.WSSessionsFailed.Add(1)
-			p.wsState.Set(log, slog.LevelWarn, "not storing: "+why, "push: websocket: receiver answered the handshake but acknowledged no batch; counted as down",
+			state.Set(log, slog.LevelWarn, "not storing: "+why, "push: websocket: receiver answered the handshake but acknowledged no batch; counted as down",
 				"reason", why, "err", err, "retry_in", d.Round(time.Millisecond))
 		} else {
-			p.wsState.Set(log, slog.LevelWarn, "lost: "+why, "push: websocket: connection lost",
+			state.Set(log, slog.LevelWarn, "lost: "+why, "push: websocket: connection lost",
 				"reason", why, "err", err, "retry_in", d.Round(time.Millisecond))
 		}
+		next()
 		if !send(ctx, events, wsEvent{kind: wsDown}) {
 			return
 		}
@@ -169,6 +228,19 @@ func (p *Pusher) wsLoop(ctx context.Context, events chan<- wsEvent) {
 			return
 		}
 	}
+}
+
+// errHandover ends a session on a later URL when the first is due again.
+var errHandover = errors.New("push: websocket: handing the stream back to the first receiver url")
+
+// negotiated reports whether the receiver accepted permessage-deflate in
+// its handshake answer (gorilla does not say otherwise). gorilla v1.5.3
+// offers and accepts it only without context takeover (RFC 7692
+// server_no_context_takeover and client_no_context_takeover): every message
+// is deflated alone, with no dictionary kept from the one before. A
+// receiver that does not accept it gets plain frames.
+func negotiated(resp *http.Response) bool {
+	return resp != nil && strings.Contains(resp.Header.Get("Sec-WebSocket-Extensions"), "permessage-deflate")
 }
 
 // noAckError is a batch not acknowledged within AckTimeout.
@@ -252,7 +324,11 @@ type flight struct {
 // connected is called once, from this goroutine, when the first batch is
 // acknowledged. Until then one batch is in flight (a receiver that does
 // not ack holds no more than one batch of the stream).
-func (p *Pusher) session(ctx context.Context, conn *websocket.Conn, connected func()) error {
+//
+// When handover fires, the session sends no new batch, waits for the acks
+// of those in flight (AckTimeout bounds it as always) and returns
+// errHandover.
+func (p *Pusher) session(ctx context.Context, conn *websocket.Conn, origin string, handover <-chan time.Time, connected func()) error {
 	w := p.cfg.WS
 	var sentLast, ackedLast atomic.Uint64
 	ackNote := make(chan struct{}, 1)
@@ -275,7 +351,7 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn, connected fu
 	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(deadline)) })
 	go func() {
 		for {
-			_, msg, err := conn.ReadMessage()
+			_, msg, err := wsread.Message(conn, wsReadLimit)
 			if err != nil {
 				readErr <- err
 				return
@@ -286,10 +362,10 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn, connected fu
 				p.wc.received.Add(1)
 				switch {
 				case m.Bad != "":
-					a := p.refuse(m.Cmd.ID, wire.KindBadRequest, m.Bad, p.wsOrigin)
+					a := p.refuse(m.Cmd.ID, wire.KindBadRequest, m.Bad, origin)
 					answer(&a)
 				case p.cfg.Writer == nil:
-					a := p.refuse(m.Cmd.ID, wire.KindRefused, errNoWriter, p.wsOrigin)
+					a := p.refuse(m.Cmd.ID, wire.KindRefused, errNoWriter, origin)
 					answer(&a)
 				default:
 					select {
@@ -297,12 +373,12 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn, connected fu
 						writes.Add(1)
 						go func(c wire.WriteCommand) {
 							defer writes.Done()
-							a := p.doWrite(wctx, c, p.wsOrigin)
+							a := p.doWrite(wctx, c, origin)
 							<-sem
 							answer(&a)
 						}(m.Cmd)
 					default:
-						a := p.refuse(m.Cmd.ID, wire.KindBusy, fmt.Sprintf("%d write commands in flight", p.cfg.MaxWrites), p.wsOrigin)
+						a := p.refuse(m.Cmd.ID, wire.KindBusy, fmt.Sprintf("%d write commands in flight", p.cfg.MaxWrites), origin)
 						answer(&a)
 					}
 				}
@@ -327,7 +403,7 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn, connected fu
 		}
 	}()
 
-	err := p.sessionWrite(ctx, conn, &sentLast, &ackedLast, ackNote, readErr, answers, connected)
+	err := p.sessionWrite(ctx, conn, &sentLast, &ackedLast, ackNote, readErr, answers, handover, connected)
 	close(quit)
 	wcancel()
 	// Close: a close frame, then the socket; the reader then ends.
@@ -341,12 +417,13 @@ func (p *Pusher) session(ctx context.Context, conn *websocket.Conn, connected fu
 }
 
 func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLast, ackedLast *atomic.Uint64,
-	ackNote <-chan struct{}, readErr chan error, answers <-chan []byte, connected func()) error {
+	ackNote <-chan struct{}, readErr chan error, answers <-chan []byte, handover <-chan time.Time, connected func()) error {
 	w := p.cfg.WS
 	after := p.q.Acked() // resend from the oldest unacknowledged sample
 	var inflight []flight
 	var frame []byte
 	bt := batcher{max: w.BatchMax, wait: w.BatchWait}
+	draining := false
 	ping := time.NewTicker(w.PingInterval)
 	defer ping.Stop()
 	timer := time.NewTimer(time.Hour)
@@ -366,8 +443,11 @@ func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLas
 		if connected != nil {
 			window = 1 // not connected yet: one batch proves the receiver stores
 		}
+		if draining && len(inflight) == 0 {
+			return errHandover // drained
+		}
 		var wake <-chan struct{}
-		if len(inflight) < window {
+		if len(inflight) < window && !draining {
 			wake = p.q.Wait()
 			now := time.Now()
 			if batch := bt.next(p.q, after, now); batch != nil {
@@ -411,6 +491,8 @@ func (p *Pusher) sessionWrite(ctx context.Context, conn *websocket.Conn, sentLas
 			readErr <- err // for session's final receive
 			return err
 		case <-ackNote:
+		case <-handover:
+			draining, handover = true, nil
 		case a := <-answers:
 			_ = conn.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
 			if err := conn.WriteMessage(websocket.TextMessage, a); err != nil {

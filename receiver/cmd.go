@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -75,7 +76,26 @@ func Main(ctx context.Context, name string, args []string, stderr io.Writer) err
 	}
 	defer r.Close()
 	fmt.Fprintf(stderr, "receiving on ws://%s/ingest\n", addr)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	mqttDone := make(chan error, 1)
+	if len(o.MQTT.Brokers) > 0 {
+		mq := *o.MQTT
+		mq.Logger = log
+		m, err := NewMQTT(r, mq)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "receiving from mqtt %s topic %s\n", strings.Join(mq.Brokers, ","), m.Topic())
+		go func() { mqttDone <- m.Run(ctx) }()
+	} else {
+		mqttDone <- nil
+	}
 	err = r.Serve(ctx)
+	stop() // the MQTT ingest ends with the server
+	if merr := <-mqttDone; err == nil {
+		err = merr
+	}
 	st := r.Stats()
 	fmt.Fprintf(stderr, "received %d batches, %d new samples, %d duplicates, %d gaps (%d samples), %d losses (%d samples lost at the gateway), %d epochs\n",
 		st.Batches, st.Samples, st.Duplicates, st.Gaps, st.GapSamples, st.Losses, st.LostSamples, st.Epochs)

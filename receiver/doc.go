@@ -6,8 +6,12 @@
 // It accepts gateways at /ingest, checks their bearer token, acks every
 // batch once stored, dedups by (gateway, epoch, seq), takes the loss
 // ranges and restart skips a gateway announces, ingests batches that came
-// another way (Ingest: MQTT), sends write commands to connected gateways,
-// and serves /healthz and Prometheus /metrics beside /ingest. It stores
+// another way (MQTT: Ingest, and MQTTIngest's shared subscription of the
+// batch topic, acknowledged after Ingest), sends write commands to connected
+// gateways,
+// and serves /healthz and Prometheus /metrics beside /ingest. It accepts
+// permessage-deflate (without context takeover, as gorilla offers) and
+// bounds each message after decompression. It stores
 // either
 //   - in PostgreSQL (Config.Postgres, pg.go): each batch in one
 //     transaction (COPY into a per-session stage table, INSERT … ON
@@ -34,5 +38,7 @@
 // (from any goroutine) and the handlers write whole batches one at a time;
 // with PostgreSQL the batches of different connections are written
 // concurrently, each on its own pooled connection. Write may be called
-// from any goroutine. Close after Serve has returned.
+// from any goroutine. Close after Serve has returned. MQTTIngest.Run owns
+// paho's client; batches are ingested on its one delivery goroutine, in
+// order.
 package receiver

@@ -21,6 +21,7 @@ type Options struct {
 	ID        string
 	LogFormat string
 	LogLevel  string
+	MQTT      *MQTTConfig // -mqtt, -mqtt-group, -mqtt-prefix (MQTTFlags)
 }
 
 // Flags registers every flag of the receiver on fs; the returned Options
@@ -35,6 +36,7 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.ID, "id", "", "this receiver's name in the database's connection records (default hostname:port)")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log format on stderr: text (journald-friendly) or json")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "debug, info, warn or error")
+	o.MQTT = MQTTFlags(fs)
 	return o
 }
 

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"edgegw/internal/wsread"
 	"edgegw/wire"
 
 	"github.com/gorilla/websocket"
@@ -136,7 +137,7 @@ func New(cfg Config) *Receiver {
 	}
 	return &Receiver{cfg: cfg, log: cfg.Logger, gws: make(map[string]*gwState), conns: make(map[*websocket.Conn]struct{}),
 		sessions: make(map[string]*rconn),
-		up:       websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 4 << 10}}
+		up:       websocket.Upgrader{ReadBufferSize: 64 << 10, WriteBufferSize: 4 << 10, EnableCompression: true}}
 }
 
 // Open connects to the database of Config.Postgres and brings its schema
@@ -315,7 +316,7 @@ func (r *Receiver) ingest(ctx context.Context, w http.ResponseWriter, req *http.
 	})
 	var ack []byte
 	for {
-		_, msg, err := conn.ReadMessage()
+		_, msg, err := wsread.Message(conn, r.cfg.MaxFrame)
 		if err != nil {
 			if !websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) && ctx.Err() == nil {
 				log.Info("receiver: connection ended", "err", err)

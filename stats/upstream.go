@@ -28,6 +28,11 @@ type Upstream struct {
 	// acknowledged: the receiver answered the handshake but stored nothing
 	// (no ack within the ack timeout, a bad frame, a close after a batch).
 	WSSessionsFailed atomic.Uint64
+	// The receivers and brokers configured ([]string each, passwords
+	// redacted; set once by push.New) and which one the link uses now
+	// (string: the one being tried or connected; "" before the first try).
+	WSURLs, MQTTBrokers atomic.Value
+	WSURL, MQTTBroker   atomic.Value
 }
 
 // UpstreamSnapshot is a plain copy of Upstream.
@@ -38,6 +43,8 @@ type UpstreamSnapshot struct {
 	QueueSamples, QueueBytes, OldestUnackUS int64
 	Dropped, Reconnects, SentWS, SentMQTT   uint64
 	QueueCorrupt, WSSessionsFailed          uint64
+	WSURL, MQTTBroker                       string
+	WSURLs, MQTTBrokers                     []string
 }
 
 // Snapshot copies the record.
@@ -47,7 +54,12 @@ func (u *Upstream) Snapshot() UpstreamSnapshot {
 		p = PathOff
 	}
 	m, _ := u.QueueMode.Load().(string)
+	wsURL, _ := u.WSURL.Load().(string)
+	broker, _ := u.MQTTBroker.Load().(string)
+	wsURLs, _ := u.WSURLs.Load().([]string)
+	brokers, _ := u.MQTTBrokers.Load().([]string)
 	return UpstreamSnapshot{
+		WSURL: wsURL, MQTTBroker: broker, WSURLs: wsURLs, MQTTBrokers: brokers,
 		Path: p, PathSinceUS: u.PathSinceUS.Load(), QueueMode: m, QueueCorrupt: u.QueueCorrupt.Load(), QueueSamples: u.QueueSamples.Load(), QueueBytes: u.QueueBytes.Load(),
 		OldestUnackUS: u.OldestUnackUS.Load(), Dropped: u.Dropped.Load(), Reconnects: u.Reconnects.Load(),
 		SentWS: u.SentWS.Load(), SentMQTT: u.SentMQTT.Load(), WSSessionsFailed: u.WSSessionsFailed.Load(),

@@ -32,7 +32,9 @@ import (
 //	GET /api/status
 //	200 {"gateway":"gw-01","version":"1.2.0","seq":1042,"epoch":"9f3c04e1a2b3c4d5","uptime_s":3600,
 //	     "upstream":{"path":"websocket","queue_samples":12,"queue_bytes":1340,"oldest_unack_us":1764450000000000,
-//	                 "oldest_unack_age_s":0.8,"dropped":0,"reconnects":1,"sent_ws":35000,"sent_mqtt":120},
+//	                 "oldest_unack_age_s":0.8,"dropped":0,"reconnects":1,"sent_ws":35000,"sent_mqtt":120,
+//	                 "ws_url":"wss://b.example/ingest","ws_urls":["wss://a.example/ingest","wss://b.example/ingest"],
+//	                 "mqtt_broker":"tcp://m1:1883","mqtt_brokers":["tcp://m1:1883","tcp://m2:1883"]},
 //	     "clients":{"short_polling":0,"long_polling":3,"websocket":2,"ws_dropped":1,
 //	                "ws_dropped_by":{"queue_full":0,"write_timeout":1,"no_pong":0,"queue_budget":0},
 //	                "ws_queued_bytes":16384,"ws_queue_budget_bytes":8388608,"rejected":0},
@@ -41,6 +43,8 @@ import (
 //	     "storage":{"data_dir":"/var/lib/edgegw","state":"ok","free_bytes":1048576,"writers":{…}}}
 //	    refused: every request turned away since start, by cause (ratelimit.go, refusedJSON).
 //	    upstream.path: off | websocket | mqtt | buffering | unauthorized ("off" when none configured).
+//	    ws_url / mqtt_broker: the receiver URL / broker the link is on or tries now (passwords
+//	    redacted), of ws_urls / mqtt_brokers as configured; each left out when not configured.
 //	    queue (with an upstream): {"mode":"disk","corrupt":0}; mode "memory" without data_dir, and
 //	    "memory (disk: no space left on device)" while the disk refuses writes (samples then wait in
 //	    RAM, bounded by max_bytes); corrupt: queue records skipped because their checksum failed.
@@ -200,6 +204,11 @@ type upstreamJSON struct {
 	Reconnects      uint64  `json:"reconnects"`
 	SentWS          uint64  `json:"sent_ws"`
 	SentMQTT        uint64  `json:"sent_mqtt"`
+	// Which receiver URL / broker the link uses now, of the configured ones.
+	WSURL       string   `json:"ws_url,omitempty"`
+	WSURLs      []string `json:"ws_urls,omitempty"`
+	MQTTBroker  string   `json:"mqtt_broker,omitempty"`
+	MQTTBrokers []string `json:"mqtt_brokers,omitempty"`
 }
 
 func (s *Server) upstream(now time.Time) upstreamJSON {
@@ -210,6 +219,7 @@ func (s *Server) upstream(now time.Time) upstreamJSON {
 	out := upstreamJSON{
 		Path: u.Path, QueueSamples: u.QueueSamples, QueueBytes: u.QueueBytes, OldestUnackUS: u.OldestUnackUS,
 		Dropped: u.Dropped, Reconnects: u.Reconnects, SentWS: u.SentWS, SentMQTT: u.SentMQTT,
+		WSURL: u.WSURL, WSURLs: u.WSURLs, MQTTBroker: u.MQTTBroker, MQTTBrokers: u.MQTTBrokers,
 	}
 	if u.OldestUnackUS > 0 {
 		out.OldestUnackAgeS = max(0, now.Sub(time.UnixMicro(u.OldestUnackUS)).Seconds())

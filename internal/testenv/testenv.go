@@ -235,6 +235,18 @@ func startMosquitto(bin, dir string, port int, persistent bool, listener string)
 	}
 }
 
+// Kill ends the broker with SIGKILL (a node's death: nothing saved, its
+// connections cut) and waits for it. Idempotent.
+func (m *Mosquitto) Kill() {
+	select {
+	case <-m.done:
+		return
+	default:
+	}
+	_ = m.cmd.Process.Kill()
+	<-m.done
+}
+
 // Stop ends the broker (SIGTERM, so a persistent one saves its sessions;
 // SIGKILL if it has not exited within 10 s) and waits for it. Idempotent.
 func (m *Mosquitto) Stop() {
