@@ -106,7 +106,7 @@ var errorCases = []struct {
 
 	// Tags.
 	{"bad register", dev + "tags = [ { name = \"t\", register = \"holdin\", address = 0 } ] #!\n", []string{`device "d": tag "t": register "holdin": want holding, input, coil or discrete`}},
-	{"bad type", dev + "tags = [ { name = \"t\", address = 0, type = \"float16\" } ] #!\n", []string{`device "d": tag "t": type "float16": want int16, uint16, int32, uint32, float32, int64, uint64, float64, bool or string`}},
+	{"bad type", dev + "tags = [ { name = \"t\", address = 0, type = \"float8\" } ] #!\n", []string{`device "d": tag "t": type "float8": want int16, uint16, int32, uint32, float32, int64, uint64, float64, bool, string, int8_high, int8_low, uint8_high, uint8_low or float16`}},
 	{"bad order", dev + "tags = [ { name = \"t\", address = 0, type = \"int32\", order = \"ACBD\" } ] #!\n", []string{`device "d": tag "t": order "ACBD": want ABCD, CDAB, BADC or DCBA`}},
 	{"coil not bool", dev + "tags = [ { name = \"t\", register = \"coil\", address = 0, type = \"int16\" } ] #!\n", []string{`device "d": tag "t": type int16 on a coil: coil tags are bool`}},
 	{"bool needs bit", dev + "tags = [ { name = \"t\", address = 0, type = \"bool\" } ] #!\n", []string{`device "d": tag "t": bool on a holding register needs bit = 0..15`}},
@@ -134,7 +134,7 @@ var errorCases = []struct {
 	{"writable input", dev + "tags = [ { name = \"t\", register = \"input\", address = 0, writable = true } ] #!\n", []string{`device "d": tag "t": writable: input registers are read-only`}},
 	{"writable discrete", dev + "tags = [ { name = \"t\", register = \"discrete\", address = 0, writable = true } ] #!\n", []string{`device "d": tag "t": writable: discrete registers are read-only`}},
 	{"tag not a table", dev + "tags = [ 5 ] #!\n", []string{`device "d": tags[0]: want a table, got an integer (5)`}},
-	{"profile tag error", "[[profile]]\nname = \"p\"\n[[profile.tags]]\nname = \"t\"\naddress = 0\ntype = \"int8\" #!\n", []string{`profile "p": tag "t": type "int8": want int16, uint16, int32, uint32, float32, int64, uint64, float64, bool or string`}},
+	{"profile tag error", "[[profile]]\nname = \"p\"\n[[profile.tags]]\nname = \"t\"\naddress = 0\ntype = \"int8\" #!\n", []string{`profile "p": tag "t": type "int8": want int16, uint16, int32, uint32, float32, int64, uint64, float64, bool, string, int8_high, int8_low, uint8_high, uint8_low or float16`}},
 
 	// Sections.
 	{"bad ts_unit", "[upstream]\nts_unit = \"s\" #!\n", []string{`upstream.ts_unit "s": want us or ms`}},

@@ -299,8 +299,10 @@ func (s *Scheduler) prepareWrite(req WriteRequest) (*writeJob, *WriteError) {
 	switch {
 	case !t.Writable:
 		return nil, writeErr(req, WriteNotWritable, "the tag is not marked writable", nil)
-	case t.Register != Holding && t.Register != Coil:
+	case !t.Register.Writable():
 		return nil, writeErr(req, WriteNotWritable, t.Register.String()+" registers are read-only", nil)
+	case !t.Type.Writable():
+		return nil, writeErr(req, WriteNotWritable, "a "+t.Type.String()+" tag cannot be written", nil)
 	}
 	v := req.Value
 	if math.IsNaN(v) || math.IsInf(v, 0) {

@@ -20,6 +20,7 @@ import (
 	"edgegw/ringstore"
 	"edgegw/spool"
 	"edgegw/stats"
+	"edgegw/tagtype"
 )
 
 // Writer carries out a DCMD write (declared here, implemented in main over
@@ -32,8 +33,8 @@ type Writer interface {
 // Tag describes one tag for its DBIRTH metric.
 type Tag struct {
 	Name     string
-	Type     string // the config's type: int16 uint16 int32 uint32 float32 int64 uint64 float64 bool
-	Scaled   bool   // scale != 1 or offset != 0: the value is not the raw integer
+	Type     tagtype.Type
+	Scaled   bool // scale != 1 or offset != 0: the value is not the raw integer
 	Unit     string
 	Min, Max *float64
 	Writable bool
@@ -190,7 +191,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("sparkplug: device %q twice", d.Name)
 		}
 		for _, t := range d.Tags {
-			if datatypeOf(t) == TypeUnknown {
+			if datatypeOf(t) == TypeUnknown || t.Type.Kind() == tagtype.Text {
 				return nil, fmt.Errorf("sparkplug: device %q: tag %q: type %q has no Sparkplug datatype", d.Name, t.Name, t.Type)
 			}
 		}
@@ -245,39 +246,9 @@ func CheckID(what, s string) error {
 	return nil
 }
 
-// datatypeOf maps a tag type onto a Sparkplug datatype. A scaled integer
-// becomes Float (16-bit) or Double (wider): its value has decimals.
-func datatypeOf(t Tag) uint32 {
-	if t.Scaled {
-		switch t.Type {
-		case "int16", "uint16", "float32":
-			return TypeFloat
-		case "int32", "uint32", "int64", "uint64", "float64":
-			return TypeDouble
-		}
-	}
-	switch t.Type {
-	case "int16":
-		return TypeInt16
-	case "uint16":
-		return TypeUInt16
-	case "int32":
-		return TypeInt32
-	case "uint32":
-		return TypeUInt32
-	case "int64":
-		return TypeInt64
-	case "uint64":
-		return TypeUInt64
-	case "float32":
-		return TypeFloat
-	case "float64":
-		return TypeDouble
-	case "bool":
-		return TypeBoolean
-	}
-	return TypeUnknown
-}
+// datatypeOf is the tag's Sparkplug datatype (tagtype's): a scaled
+// integer becomes Float (16-bit) or Double (wider), its value has decimals.
+func datatypeOf(t Tag) uint32 { return t.Type.Sparkplug(t.Scaled) }
 
 // valueOf encodes v as datatype dt.
 func valueOf(dt uint32, v float64) Value {

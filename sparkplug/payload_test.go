@@ -5,6 +5,8 @@ import (
 	"math"
 	"reflect"
 	"testing"
+
+	"edgegw/tagtype"
 )
 
 func samplePayload() Payload {
@@ -55,17 +57,17 @@ func TestValueMapping(t *testing.T) {
 		v    float64
 		want Value
 	}{
-		{Tag{Type: "int16"}, TypeInt16, -10, Value{Kind: KindInt, U: 0xfffffff6}},
-		{Tag{Type: "uint16"}, TypeUInt16, 65535, Value{Kind: KindInt, U: 65535}},
-		{Tag{Type: "int32"}, TypeInt32, -1, Value{Kind: KindInt, U: 0xffffffff}},
-		{Tag{Type: "uint32"}, TypeUInt32, 4000000000, Value{Kind: KindLong, U: 4000000000}},
-		{Tag{Type: "int64"}, TypeInt64, -2, Value{Kind: KindLong, U: math.MaxUint64 - 1}},
-		{Tag{Type: "uint64"}, TypeUInt64, 1 << 40, Value{Kind: KindLong, U: 1 << 40}},
-		{Tag{Type: "float32"}, TypeFloat, 1.5, Value{Kind: KindFloat, F32: 1.5}},
-		{Tag{Type: "float64"}, TypeDouble, 1.25, Value{Kind: KindDouble, F64: 1.25}},
-		{Tag{Type: "bool"}, TypeBoolean, 1, Value{Kind: KindBool, B: true}},
-		{Tag{Type: "int16", Scaled: true}, TypeFloat, 21.5, Value{Kind: KindFloat, F32: 21.5}},
-		{Tag{Type: "uint32", Scaled: true}, TypeDouble, 0.1, Value{Kind: KindDouble, F64: 0.1}},
+		{Tag{Type: tagtype.Int16}, TypeInt16, -10, Value{Kind: KindInt, U: 0xfffffff6}},
+		{Tag{Type: tagtype.Uint16}, TypeUInt16, 65535, Value{Kind: KindInt, U: 65535}},
+		{Tag{Type: tagtype.Int32}, TypeInt32, -1, Value{Kind: KindInt, U: 0xffffffff}},
+		{Tag{Type: tagtype.Uint32}, TypeUInt32, 4000000000, Value{Kind: KindLong, U: 4000000000}},
+		{Tag{Type: tagtype.Int64}, TypeInt64, -2, Value{Kind: KindLong, U: math.MaxUint64 - 1}},
+		{Tag{Type: tagtype.Uint64}, TypeUInt64, 1 << 40, Value{Kind: KindLong, U: 1 << 40}},
+		{Tag{Type: tagtype.Float32}, TypeFloat, 1.5, Value{Kind: KindFloat, F32: 1.5}},
+		{Tag{Type: tagtype.Float64}, TypeDouble, 1.25, Value{Kind: KindDouble, F64: 1.25}},
+		{Tag{Type: tagtype.Bool}, TypeBoolean, 1, Value{Kind: KindBool, B: true}},
+		{Tag{Type: tagtype.Int16, Scaled: true}, TypeFloat, 21.5, Value{Kind: KindFloat, F32: 21.5}},
+		{Tag{Type: tagtype.Uint32, Scaled: true}, TypeDouble, 0.1, Value{Kind: KindDouble, F64: 0.1}},
 	} {
 		dt := datatypeOf(c.tag)
 		if dt != c.dt {
@@ -151,6 +153,20 @@ func BenchmarkDecodeDCMD(b *testing.B) {
 	for b.Loop() {
 		if _, err := DecodePayload(enc); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// The datatype numbers tagtype hands out are this codec's.
+func TestDatatypesAreTagtypes(t *testing.T) {
+	for _, c := range [][2]uint32{
+		{tagtype.SparkplugInt8, TypeInt8}, {tagtype.SparkplugInt16, TypeInt16}, {tagtype.SparkplugInt32, TypeInt32},
+		{tagtype.SparkplugInt64, TypeInt64}, {tagtype.SparkplugUInt8, TypeUInt8}, {tagtype.SparkplugUInt16, TypeUInt16},
+		{tagtype.SparkplugUInt32, TypeUInt32}, {tagtype.SparkplugUInt64, TypeUInt64}, {tagtype.SparkplugFloat, TypeFloat},
+		{tagtype.SparkplugDouble, TypeDouble}, {tagtype.SparkplugBoolean, TypeBoolean}, {tagtype.SparkplugString, TypeString},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("tagtype says %d, the codec %d", c[0], c[1])
 		}
 	}
 }
