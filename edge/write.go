@@ -353,6 +353,10 @@ func unscaled(t *Tag, v float64) (float64, error) {
 		if math.Abs(raw) > math.MaxFloat32 {
 			return 0, fmt.Errorf("raw value %s does not fit a float32", fmtValue(raw))
 		}
+	case Float16:
+		if math.Abs(raw) > 65504 {
+			return 0, fmt.Errorf("raw value %s does not fit a float16 (at most ±65504)", fmtValue(raw))
+		}
 	case Float64:
 	default:
 		r := math.Round(raw)
