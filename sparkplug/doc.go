@@ -19,4 +19,10 @@
 // runs in Run's goroutine; one DCMD write worker) and returns after they
 // have exited. One paho client per session; paho's callbacks only decode
 // and hand over through bounded channels, never block.
+//
+// Files by job: node.go (Config, New, Run), types.go (tag types onto
+// Sparkplug datatypes and values), session.go (one connection and its
+// loop), commands.go (NCMD, DCMD, STATE, the write worker), births.go
+// (births, DDATA, device liveness, NDATA), payload.go (the codec),
+// store.go (bdSeq and aliases on disk).
 package sparkplug
