@@ -113,9 +113,9 @@ func (s *sess) dbirth(d *devInfo, latest map[aliasKey]*ringstore.Sample) {
 			q, code = x.Quality, qualityCode(x.Quality)
 			m.Timestamp = uint64(x.TS / 1000)
 			if q == ringstore.Good {
-				m.Value = valueOf(t.datatype, x.Value)
+				m.Value = sampleValue(t.datatype, x)
 			}
-			s.last[t.alias] = lastVal{v: x.Value, q: q}
+			s.last[t.alias] = lastVal{v: x.Value, s: sampleText(x), q: q}
 		} else {
 			delete(s.last, t.alias)
 		}
@@ -177,19 +177,19 @@ func (s *sess) data(buf []ringstore.Sample) uint64 {
 				continue
 			}
 			prev, seen := s.last[t.alias]
-			if !historical && seen && prev.q == x.Quality && (x.Quality != ringstore.Good || prev.v == x.Value) {
+			if !historical && seen && prev.q == x.Quality && (x.Quality != ringstore.Good || prev.v == x.Value && prev.s == sampleText(x)) {
 				continue
 			}
 			m := Metric{Alias: t.alias, HasAlias: true, Timestamp: uint64(x.TS / 1000), HasTimestamp: true,
 				IsHistorical: historical, IsNull: x.Quality != ringstore.Good}
 			if !m.IsNull {
-				m.Value = valueOf(t.datatype, x.Value)
+				m.Value = sampleValue(t.datatype, x)
 			}
 			if !seen || prev.q != x.Quality {
 				m.Props = []Property{{Key: "Quality", Type: TypeInt32, Value: Value{Kind: KindInt, U: uint64(uint32(qualityCode(x.Quality)))}}}
 			}
 			if !historical {
-				s.last[t.alias] = lastVal{v: x.Value, q: x.Quality}
+				s.last[t.alias] = lastVal{v: x.Value, s: sampleText(x), q: x.Quality}
 			}
 			ms = append(ms, m)
 		}

@@ -72,13 +72,17 @@ func (n *Node) onMessage(ev *events, m mqtt.Message) {
 			n.refuse("sparkplug: DCMD for an unknown metric refused", "device", device, "name", mt.Name, "alias", mt.Alias)
 			continue
 		}
-		v, err := numberOf(t.datatype, mt.Value)
-		switch {
-		case err != nil || mt.IsNull:
+		if mt.IsNull {
 			n.refuse("sparkplug: DCMD without a value refused", "device", device, "tag", t.Name)
 			continue
-		case !n.cfg.Writes || n.cfg.Writer == nil:
-			n.refuse("sparkplug: DCMD refused: writes are off ([upstream.sparkplug] writes = false)", "device", device, "tag", t.Name, "value", v)
+		}
+		if !n.cfg.Writes || n.cfg.Writer == nil {
+			n.refuse("sparkplug: DCMD refused: writes are off ([upstream.sparkplug] writes = false)", "device", device, "tag", t.Name)
+			continue
+		}
+		v, err := commandValue(&t.Tag, t.datatype, mt.Value)
+		if err != nil {
+			n.refuse("sparkplug: DCMD refused: "+err.Error(), "device", device, "tag", t.Name)
 			continue
 		}
 		select {

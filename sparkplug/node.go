@@ -17,7 +17,6 @@ import (
 	"edgegw/ringstore"
 	"edgegw/spool"
 	"edgegw/stats"
-	"edgegw/tagtype"
 )
 
 // Writer carries out a DCMD write (declared here, implemented in main over
@@ -173,7 +172,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("sparkplug: device %q twice", d.Name)
 		}
 		for _, t := range d.Tags {
-			if datatypeOf(t) == TypeUnknown || t.Type.Kind() == tagtype.Text {
+			if datatypeOf(t) == TypeUnknown {
 				return nil, fmt.Errorf("sparkplug: device %q: tag %q: type %q has no Sparkplug datatype", d.Name, t.Name, t.Type)
 			}
 		}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 
+	"edgegw/ringstore"
 	"edgegw/tagtype"
 )
 
@@ -68,6 +70,12 @@ func TestValueMapping(t *testing.T) {
 		{Tag{Type: tagtype.Bool}, TypeBoolean, 1, Value{Kind: KindBool, B: true}},
 		{Tag{Type: tagtype.Int16, Scaled: true}, TypeFloat, 21.5, Value{Kind: KindFloat, F32: 21.5}},
 		{Tag{Type: tagtype.Uint32, Scaled: true}, TypeDouble, 0.1, Value{Kind: KindDouble, F64: 0.1}},
+		{Tag{Type: tagtype.Int8High}, TypeInt8, -128, Value{Kind: KindInt, U: 0xffffff80}},
+		{Tag{Type: tagtype.Int8Low}, TypeInt8, 127, Value{Kind: KindInt, U: 127}},
+		{Tag{Type: tagtype.Uint8High}, TypeUInt8, 255, Value{Kind: KindInt, U: 255}},
+		{Tag{Type: tagtype.Uint8Low, Scaled: true}, TypeFloat, 25.5, Value{Kind: KindFloat, F32: 25.5}},
+		{Tag{Type: tagtype.Float16}, TypeFloat, -0.5, Value{Kind: KindFloat, F32: -0.5}},
+		{Tag{Type: tagtype.Int64, Scaled: true}, TypeDouble, -0.25, Value{Kind: KindDouble, F64: -0.25}},
 	} {
 		dt := datatypeOf(c.tag)
 		if dt != c.dt {
@@ -167,6 +175,59 @@ func TestDatatypesAreTagtypes(t *testing.T) {
 	} {
 		if c[0] != c[1] {
 			t.Errorf("tagtype says %d, the codec %d", c[0], c[1])
+		}
+	}
+}
+
+// A string tag's sample is a String metric with its text.
+func TestStringSampleValue(t *testing.T) {
+	text := "SN-4711"
+	if dt := datatypeOf(Tag{Type: tagtype.String}); dt != TypeString {
+		t.Fatalf("string datatype %d", dt)
+	}
+	if v := sampleValue(TypeString, &ringstore.Sample{Kind: ringstore.KindString, Text: &text}); !reflect.DeepEqual(v, Value{Kind: KindString, S: text}) {
+		t.Errorf("string sample: %+v", v)
+	}
+	if v := sampleValue(TypeInt16, &ringstore.Sample{Value: -3}); !reflect.DeepEqual(v, Value{Kind: KindInt, U: 0xfffffffd}) {
+		t.Errorf("int16 sample: %+v", v)
+	}
+}
+
+// DCMD values: each writable type takes what fits it and refuses the rest
+// with a reason.
+func TestCommandValue(t *testing.T) {
+	w := func(typ tagtype.Type) Tag { return Tag{Name: "x", Type: typ, Writable: true} }
+	for _, c := range []struct {
+		tag    Tag
+		v      Value
+		want   float64
+		refuse string
+	}{
+		{w(tagtype.Bool), Value{Kind: KindBool, B: true}, 1, ""},
+		{w(tagtype.Bool), Value{Kind: KindInt, U: 0}, 0, ""},
+		{w(tagtype.Bool), Value{Kind: KindInt, U: 2}, 0, "takes true or false"},
+		{w(tagtype.Int16), Value{Kind: KindInt, U: 0xfffffff9}, -7, ""},
+		{w(tagtype.Int16), Value{Kind: KindInt, U: 40000}, 0, "outside -32768..32767"},
+		{w(tagtype.Uint16), Value{Kind: KindInt, U: 0xffffffff}, 0, "outside 0..65535"},
+		{w(tagtype.Int32), Value{Kind: KindLong, U: 1 << 31}, 0, "outside"},
+		{w(tagtype.Uint32), Value{Kind: KindLong, U: 1<<32 - 1}, 1<<32 - 1, ""},
+		{w(tagtype.Int64), Value{Kind: KindLong, U: math.MaxUint64}, -1, ""},
+		{w(tagtype.Uint64), Value{Kind: KindLong, U: 1 << 40}, 1 << 40, ""},
+		{w(tagtype.Int16), Value{Kind: KindDouble, F64: 1.5}, 0, "not a whole number"},
+		{w(tagtype.Float32), Value{Kind: KindFloat, F32: 2.5}, 2.5, ""},
+		{w(tagtype.Float16), Value{Kind: KindDouble, F64: 70000}, 0, "outside -65504..65504"},
+		{w(tagtype.Float64), Value{Kind: KindDouble, F64: math.NaN()}, 0, "not a finite number"},
+		{Tag{Name: "x", Type: tagtype.Int16, Writable: true, Scaled: true}, Value{Kind: KindFloat, F32: 21.5}, 21.5, ""},
+		{w(tagtype.Int16), Value{Kind: KindString, S: "7"}, 0, "a string value for x, a int16 tag"},
+		{w(tagtype.String), Value{Kind: KindString, S: "hi"}, 0, "strings are read-only"},
+		{Tag{Name: "x", Type: tagtype.Int16}, Value{Kind: KindInt, U: 1}, 0, "not writable"},
+	} {
+		got, err := commandValue(&c.tag, datatypeOf(c.tag), c.v)
+		switch {
+		case c.refuse == "" && (err != nil || got != c.want):
+			t.Errorf("%v %+v: %v, %v; want %v", c.tag.Type, c.v, got, err, c.want)
+		case c.refuse != "" && (err == nil || !strings.Contains(err.Error(), c.refuse)):
+			t.Errorf("%v %+v: %v, %v; want a refusal with %q", c.tag.Type, c.v, got, err, c.refuse)
 		}
 	}
 }

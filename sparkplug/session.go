@@ -114,6 +114,7 @@ func waitToken(ctx context.Context, tok mqtt.Token, limit time.Duration) bool {
 
 type lastVal struct {
 	v float64
+	s string // a string tag's text
 	q ringstore.Quality
 }
 

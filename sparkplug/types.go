@@ -4,6 +4,8 @@ package sparkplug
 
 import (
 	"errors"
+	"fmt"
+	"math"
 
 	"edgegw/ringstore"
 	"edgegw/tagtype"
@@ -22,6 +24,23 @@ type Tag struct {
 // datatypeOf is the tag's Sparkplug datatype (tagtype's): a scaled
 // integer becomes Float (16-bit) or Double (wider), its value has decimals.
 func datatypeOf(t Tag) uint32 { return t.Type.Sparkplug(t.Scaled) }
+
+// sampleValue is the metric value of a good sample of a tag of datatype dt:
+// the text of a string tag, else the number as dt.
+func sampleValue(dt uint32, x *ringstore.Sample) Value {
+	if dt == TypeString {
+		return Value{Kind: KindString, S: sampleText(x)}
+	}
+	return valueOf(dt, x.Value)
+}
+
+// sampleText is the text of a string tag's sample ("" for other tags).
+func sampleText(x *ringstore.Sample) string {
+	if x.Text == nil {
+		return ""
+	}
+	return *x.Text
+}
 
 // valueOf encodes v as datatype dt.
 func valueOf(dt uint32, v float64) Value {
@@ -68,6 +87,46 @@ func numberOf(dt uint32, v Value) (float64, error) {
 		return v.F64, nil
 	}
 	return 0, errors.New("no numeric or boolean value")
+}
+
+// commandValue checks a DCMD value for tag t (of datatype dt) and returns
+// the number to write. A string tag is read-only; a value must be of the
+// tag's kind (a bool or 0/1 for a bool, a number for a number); an
+// unscaled value must fit the tag's type (whole, within its range: an Int16
+// takes -32768..32767, a Float16 ±65504). A scaled value is checked by the
+// Writer, against the raw range after scale and offset.
+func commandValue(t *Tag, dt uint32, v Value) (float64, error) {
+	switch {
+	case t.Type.Kind() == tagtype.Text:
+		return 0, fmt.Errorf("%s is a string tag: strings are read-only", t.Name)
+	case !t.Writable:
+		return 0, fmt.Errorf("%s is not writable", t.Name)
+	case v.Kind == KindString:
+		return 0, fmt.Errorf("a string value for %s, a %s tag", t.Name, t.Type)
+	}
+	x, err := numberOf(dt, v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", t.Name, err)
+	}
+	if t.Type == tagtype.Bool {
+		if x != 0 && x != 1 {
+			return 0, fmt.Errorf("%s is a bool: it takes true or false (or 0, 1), not %v", t.Name, x)
+		}
+		return x, nil
+	}
+	if t.Scaled {
+		return x, nil
+	}
+	lo, hi := t.Type.Range()
+	switch {
+	case math.IsNaN(x) || math.IsInf(x, 0):
+		return 0, fmt.Errorf("%s: %v is not a finite number", t.Name, x)
+	case t.Type.Integer() && x != math.Trunc(x):
+		return 0, fmt.Errorf("%s: %v is not a whole number, and %s is a %s", t.Name, x, t.Name, t.Type)
+	case x < lo || x > hi:
+		return 0, fmt.Errorf("%s: %v outside %v..%v, the range of %s", t.Name, x, lo, hi, t.Type)
+	}
+	return x, nil
 }
 
 func qualityCode(q ringstore.Quality) int32 {
