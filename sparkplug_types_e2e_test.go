@@ -15,13 +15,18 @@ import (
 )
 
 // pymodbusReadBack reads coil 0 and holding registers 0..n-1 of a pymodbus
-// slave with pymodbus's own client: {"coil": bool, "hr": [...]}.
+// slave with pymodbus's own client: {"coil": bool, "hr": [...]}; with more
+// arguments (address, then register values) it first writes them.
 const pymodbusReadBack = `
 import json, sys
 from pymodbus.client import ModbusTcpClient
 c = ModbusTcpClient("127.0.0.1", port=int(sys.argv[1]))
 if not c.connect():
     sys.exit("no connection")
+if len(sys.argv) > 3:
+    w = c.write_registers(int(sys.argv[3]), [int(x) for x in sys.argv[4:]])
+    if w.isError():
+        sys.exit("write failed: %s" % w)
 co = c.read_coils(0, 1)
 hr = c.read_holding_registers(0, int(sys.argv[2]))
 if co.isError() or hr.isError():
@@ -174,12 +179,26 @@ tags = [
 		t.Errorf("refused DCMD metrics wrote: count %d, serial %#04x", back.HR[23], back.HR[4])
 	}
 	// The coil's new state reaches the host as DDATA under the pump's alias.
-	host.waitFrom(before, 20*time.Second, "DDATA with pump true", func(m *spMsg) bool {
-		for _, mt := range m.Payload.Metrics {
-			if m.typ() == "DDATA" && mt.Alias != nil && *mt.Alias == pumpAlias && string(mt.Value) == "true" {
-				return true
+	hasData := func(alias uint64, value string) func(m *spMsg) bool {
+		return func(m *spMsg) bool {
+			for _, mt := range m.Payload.Metrics {
+				if m.typ() == "DDATA" && mt.Alias != nil && *mt.Alias == alias && string(mt.Value) == value {
+					return true
+				}
 			}
+			return false
 		}
-		return false
-	})
+	}
+	host.waitFrom(before, 20*time.Second, "DDATA with pump true", hasData(pumpAlias, "true"))
+
+	// New text and a new byte, written by pymodbus's client: DDATA carries
+	// the String and the Int8 (and the UInt8 beside it) under their aliases.
+	before = host.count()
+	if out, err := exec.Command(py, script, strconv.Itoa(port), "1", "4",
+		strconv.Itoa('S'<<8|'N'), strconv.Itoa('-'<<8|'9'), "0", "0", strconv.Itoa(0x8007)).CombinedOutput(); err != nil {
+		t.Fatalf("pymodbus write: %v %s", err, out)
+	}
+	host.waitFrom(before, 20*time.Second, `DDATA with serial "SN-9"`, hasData(*birth.metric("serial").Alias, `"SN-9"`))
+	host.waitFrom(before, 20*time.Second, "DDATA with hi -128", hasData(*birth.metric("hi").Alias, "-128"))
+	host.waitFrom(before, 20*time.Second, "DDATA with lo 7", hasData(*birth.metric("lo").Alias, "7"))
 }

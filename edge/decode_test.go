@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"log/slog"
 	"math"
 	"testing"
 )
@@ -252,5 +253,47 @@ func TestPlanReadsOverlapping(t *testing.T) {
 	reads := PlanReads(tags, 0, 125, 2000)
 	if len(reads) != 1 || reads[0].Address != 0 || reads[0].Quantity != 8 || len(reads[0].Tags) != len(tags) {
 		t.Fatalf("plan %v", reads)
+	}
+}
+
+// Decoding a poll of every type, strings of each placement included, makes
+// no allocation once the texts are known (a changed text makes two: its
+// bytes and the pointer the samples share).
+func TestDecodeAllocatesNothing(t *testing.T) {
+	tags := []Tag{
+		{Name: "i16", Address: 0, Type: Int16}, {Name: "hi", Address: 1, Type: Int8High}, {Name: "lo", Address: 1, Type: Uint8Low},
+		{Name: "half", Address: 2, Type: Float16}, {Name: "f32", Address: 3, Type: Float32, Order: CDAB}, {Name: "u64", Address: 5, Type: Uint64},
+		{Name: "bit", Address: 0, Type: Bool, Bit: 3}, {Name: "sn", Address: 9, Type: String, Length: 4},
+		{Name: "up", Address: 13, Type: String, Length: 3, Location: Upper}, {Name: "low", Address: 16, Type: String, Length: 3, Location: Lower},
+	}
+	d, err := newDevice(DeviceConfig{Name: "d", Transport: TransportTCP, Address: "127.0.0.1:1", Tags: tags}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := d.currentPlan()
+	if len(plan) != 1 || plan[0].Quantity != 19 {
+		t.Fatalf("plan %v: want one read of 19 registers", plan)
+	}
+	data := []byte{0, 8, 0xfe, 0x41, 0x4d, 0x60, 0, 0, 0x41, 0xac, 0, 0, 0, 1, 0, 0, 0, 2,
+		'S', 'N', '-', '4', '7', '1', '1', 0, 'A', 0, 'B', 0, 'C', 0, 0, 'x', 0, 'y', 0, 'z'}
+	if err := d.decode(plan[0], data); err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{8, -2, 65, 21.5, 21.5, 1<<32 + 2, 1}
+	for i, w := range want {
+		if d.values[i] != w {
+			t.Errorf("%s = %v, want %v", tags[i].Name, d.values[i], w)
+		}
+	}
+	for i, w := range map[int]string{7: "SN-4711", 8: "ABC", 9: "xyz"} {
+		if d.texts[i] == nil || *d.texts[i] != w {
+			t.Errorf("%s = %v, want %q", tags[i].Name, d.texts[i], w)
+		}
+	}
+	if n := testing.AllocsPerRun(200, func() { _ = d.decode(plan[0], data) }); n != 0 {
+		t.Errorf("%v allocations per decode, want 0", n)
+	}
+	if n := testing.AllocsPerRun(20, func() { data[19]++; _ = d.decode(plan[0], data) }); n != 2 {
+		t.Errorf("%v allocations for a changed text, want 2", n)
 	}
 }
