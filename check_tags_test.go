@@ -69,7 +69,7 @@ func TestCheckWarnings(t *testing.T) {
 		}, nil},
 		{"clean", "[http]\nwrite_token_file = " + strconv.Quote(tok) + "\n" + dev("interval = \"1s\"\ntimeout = \"400ms\"\nretries = 1\n"), []string{"ok (1 devices)"},
 			[]string{"retries", "writable tag", "is empty"}},
-		{"derived timeout", dev("interval = \"100ms\"\nretries = 3\n") + "[upstream.mqtt]\nbroker = \"tcp://127.0.0.1:1\"\nwrite_commands = true\n",
+		{"derived timeout", dev("interval = \"100ms\"\nretries = 3\n") + "[upstream.mqtt]\nbroker = \"tcp://127.0.0.1:1502\"\nwrite_commands = true\n",
 			[]string{"ok (1 devices)"}, []string{"retries", "writable tag"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -266,7 +266,7 @@ func TestDecodeAllocatesNothing(t *testing.T) {
 		{Name: "bit", Address: 0, Type: Bool, Bit: 3}, {Name: "sn", Address: 9, Type: String, Length: 4},
 		{Name: "up", Address: 13, Type: String, Length: 3, Location: Upper}, {Name: "low", Address: 16, Type: String, Length: 3, Location: Lower},
 	}
-	d, err := newDevice(DeviceConfig{Name: "d", Transport: TransportTCP, Address: "127.0.0.1:1", Tags: tags}, slog.New(slog.DiscardHandler))
+	d, err := newDevice(DeviceConfig{Name: "d", Transport: TransportTCP, Address: "127.0.0.1:0", Tags: tags}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
