@@ -21,7 +21,9 @@ import (
 // from the file), without opening a listener, a device or anything under
 // data_dir. So it fails when run would refuse to start, with run's
 // message, and warns about what run starts without (a data_dir it cannot
-// write, a missing serial port). What only the running machine can refuse
+// write, a missing serial port) and what the file asks for that cannot
+// work as written (configWarnings: retries that cannot fit the interval,
+// writable tags with no write path, empty token files). What only the running machine can refuse
 // is not seen: the listen address taken or not allowed.
 func cmdCheck(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)

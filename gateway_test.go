@@ -67,8 +67,6 @@ func TestStartupRefusalsNeverPanic(t *testing.T) {
 		{"edge", func(c *conf.Config) { c.Devices[0].Tags[0].Type = "int12" }, `device "d1": tag "t"`},
 		{"write token", func(c *conf.Config) { c.HTTP.WriteTokenFile = "/nonexistent/write.token" }, "http.write_token_file"},
 		{"push", func(c *conf.Config) { c.Upstream.MQTT.PasswordFile = "/nonexistent/pw" }, "upstream.mqtt.password_file"},
-		{"sparkplug", func(c *conf.Config) { c.Devices[0].Tags[0].Type, c.Devices[0].Tags[0].Length = "string", 4 },
-			`sparkplug: device "d1": tag "t": type "string" has no Sparkplug datatype`},
 		{"sparkplug id", func(c *conf.Config) { c.Upstream.Sparkplug.GroupID = "a/b" }, "sparkplug: group_id"},
 		{"web", func(c *conf.Config) { c.HTTP.TLSCertFile = "/nonexistent/tls.crt" }, "web: tls needs both"},
 	} {
@@ -224,7 +222,8 @@ func readmeConfigs(t *testing.T) []string {
 // Every example config of the repository, the demo's and configs that
 // each piece refuses: check and run reach the same verdict, and a refusal
 // reads the same. The string tag with [upstream.sparkplug] was check "ok"
-// and a SIGSEGV of run that hid the message.
+// and a SIGSEGV of run that hid the message; it then was a refusal of
+// both; now Sparkplug carries every tag type and both start.
 func TestCheckRunSameVerdict(t *testing.T) {
 	example, err := os.ReadFile("build/edgegw.example.toml")
 	if err != nil {
@@ -246,8 +245,10 @@ func TestCheckRunSameVerdict(t *testing.T) {
 	}{
 		{"build/edgegw.example.toml", string(example), ""},
 		{"demo -print-config", string(demo), ""},
-		{"string tag with sparkplug", spb + dev + "tags = [ { name = \"serial\", address = 0, type = \"string\", length = 4 } ]\n",
-			`sparkplug: device "d1": tag "serial": type "string" has no Sparkplug datatype`},
+		{"every tag type with sparkplug", spb + dev + "tags = [ { name = \"serial\", address = 0, type = \"string\", length = 4 },\n" +
+			"  { name = \"hi\", address = 4, type = \"int8_high\" }, { name = \"lo\", address = 4, type = \"uint8_low\" },\n" +
+			"  { name = \"half\", address = 5, type = \"float16\" }, { name = \"big\", address = 6, type = \"int64\" },\n" +
+			"  { name = \"up\", address = 10, type = \"string\", length = 2, string_register_location = \"upper\" } ]\n", ""},
 		{"string tag without sparkplug", dev + "tags = [ { name = \"serial\", address = 0, type = \"string\", length = 4 } ]\n", ""},
 		{"basic auth hash unreadable", "[http]\nlisten = \"x\"\nbasic_auth_user = \"op\"\nbasic_auth_hash_file = " + strconv.Quote(hash) + "\n" +
 			dev + "tags = [ { name = \"t\", address = 0 } ]\n", "edgegw CMD: web:"},

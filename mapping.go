@@ -14,6 +14,7 @@ import (
 	"edgegw/history"
 	"edgegw/ringstore"
 	"edgegw/stats"
+	"edgegw/tagtype"
 	"edgegw/web"
 )
 
@@ -64,21 +65,25 @@ func edgeConfig(c *conf.Config) (edge.Config, error) {
 }
 
 func edgeTag(t conf.Tag) (edge.Tag, error) {
-	reg, err := edge.ParseRegister(t.Register)
+	reg, err := tagtype.ParseRegister(t.Register)
 	if err != nil {
 		return edge.Tag{}, err
 	}
-	typ, err := edge.ParseType(t.Type)
+	typ, err := tagtype.Parse(t.Type)
 	if err != nil {
 		return edge.Tag{}, err
 	}
-	order, err := edge.ParseOrder(t.Order)
+	order, err := tagtype.ParseOrder(t.Order)
+	if err != nil {
+		return edge.Tag{}, err
+	}
+	loc, err := tagtype.ParseLocation(t.StringLocation)
 	if err != nil {
 		return edge.Tag{}, err
 	}
 	return edge.Tag{
 		Name: t.Name, Register: reg, Address: t.Address, Type: typ, Order: order, Bit: t.Bit, Length: t.Length,
-		Scale: t.Scale, Offset: t.Offset, Unit: t.Unit, Deadband: t.Deadband,
+		Location: loc, Scale: t.Scale, Offset: t.Offset, Unit: t.Unit, Deadband: t.Deadband,
 		Writable: t.Writable, Min: t.Min, Max: t.Max,
 	}, nil
 }

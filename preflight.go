@@ -21,8 +21,9 @@ import (
 // are warnings: a data_dir that is not a writable directory (a card mounted
 // read-only after errors, a full disk: the gateway starts, keeps its queue
 // and sequence in memory and says so in /api/status and /healthz), a
-// missing serial port (its devices are down until it appears) and a config
-// without devices.
+// missing serial port (its devices are down until it appears), a config
+// without devices, and what configWarnings finds (retries that cannot fit,
+// writable tags with no write path, empty token files).
 func preflight(c *conf.Config) (errs []error, warns []string) {
 	files := []struct{ key, path string }{
 		{"http.write_token_file", c.HTTP.WriteTokenFile},
@@ -96,6 +97,7 @@ func preflight(c *conf.Config) (errs []error, warns []string) {
 	if len(c.Devices) == 0 {
 		warns = append(warns, "no devices: nothing will be polled")
 	}
+	warns = append(warns, configWarnings(c)...)
 	return errs, warns
 }
 

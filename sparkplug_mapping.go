@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"path/filepath"
 
@@ -8,6 +9,7 @@ import (
 	"edgegw/sparkplug"
 	"edgegw/spool"
 	"edgegw/stats"
+	"edgegw/tagtype"
 )
 
 // sparkplugParts is the Sparkplug B edge node and its own durable queue
@@ -51,7 +53,12 @@ func (g *gateway) addSparkplug(c *conf.Config, w sparkplug.Writer, log *slog.Log
 	for _, d := range c.Devices {
 		sd := sparkplug.Device{Name: d.Name, Interval: d.Interval}
 		for _, t := range d.Tags {
-			sd.Tags = append(sd.Tags, sparkplug.Tag{Name: t.Name, Type: t.Type, Scaled: t.Scale != 1 || t.Offset != 0,
+			typ, err := tagtype.Parse(t.Type)
+			if err != nil {
+				q.Close()
+				return fmt.Errorf("device %q: tag %q: %w", d.Name, t.Name, err)
+			}
+			sd.Tags = append(sd.Tags, sparkplug.Tag{Name: t.Name, Type: typ, Scaled: t.Scale != 1 || t.Offset != 0,
 				Unit: t.Unit, Min: t.Min, Max: t.Max, Writable: t.Writable})
 		}
 		devs = append(devs, sd)

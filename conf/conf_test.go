@@ -3,6 +3,7 @@ package conf
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -374,5 +375,40 @@ func TestDefaultsTableInREADME(t *testing.T) {
 	}
 	if next := strings.Split(r[i+1:], "\n")[len(want)]; next != "```" {
 		t.Errorf("README table goes on after defaults.go's last line: %q", next)
+	}
+}
+
+// The types beyond the sixteen-bit ones parse, aliases become the type's
+// name, and a string tag gets its register location.
+func TestNewTagTypes(t *testing.T) {
+	cfg, err := Parse("types.toml", []byte(`
+[[device]]
+name = "d"
+transport = "tcp"
+address = "10.0.0.1"
+tags = [
+  { name = "hi", address = 0, type = "int8_high" },
+  { name = "lo", address = 0, type = "uint8l" },
+  { name = "half", address = 1, type = "float16", order = "BADC", writable = true },
+  { name = "sn", address = 2, type = "string", length = 4, string_register_location = "upper" },
+  { name = "name", address = 6, type = "string", length = 2 },
+]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Tag{}
+	for _, tag := range cfg.Devices[0].Tags {
+		got[tag.Name] = tag
+	}
+	for name, want := range map[string]string{"hi": "int8_high 1", "lo": "uint8_low 1", "half": "float16 1", "sn": "string 4 upper", "name": "string 2 both"} {
+		tag := got[name]
+		s := fmt.Sprintf("%s %d", tag.Type, tag.Span())
+		if tag.StringLocation != "" {
+			s += " " + tag.StringLocation
+		}
+		if s != want {
+			t.Errorf("%s: %q, want %q", name, s, want)
+		}
 	}
 }

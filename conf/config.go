@@ -3,6 +3,8 @@ package conf
 import (
 	"net/netip"
 	"time"
+
+	"edgegw/tagtype"
 )
 
 // Config is a resolved configuration: defaults applied, profiles merged,
@@ -165,54 +167,41 @@ type Tag struct {
 	Name     string
 	Register string // holding | input | coil | discrete
 	Address  uint16 // 0-based on the wire
-	Type     string // int16 uint16 int32 uint32 float32 int64 uint64 float64 bool string
+	Type     string // a tagtype name (tagtype.Names: int16 … float16), aliases resolved
 	Order    string // ABCD CDAB BADC DCBA
 	Bit      int    // 0..15 for a bool taken from a holding/input register, else -1
-	Length   int    // registers of a string tag (1..125, two characters each), else 0
-	Scale    float64
-	Offset   float64 // value = raw*Scale + Offset
-	Unit     string
-	Deadband float64 // >= 0; 0 = every change is a change
-	Writable bool    // holding and coil only
-	Min, Max *float64
-	Profile  string // the profile the tag came from, "" for a device's own tag
-	Line     int    // line of the tag entry
+	Length   int    // registers of a string tag (1..125), else 0
+	// StringLocation is where a string tag's characters sit in each
+	// register: both (two a register), lower or upper (one, in that byte);
+	// "" for other types.
+	StringLocation string
+	Scale          float64
+	Offset         float64 // value = raw*Scale + Offset
+	Unit           string
+	Deadband       float64 // >= 0; 0 = every change is a change
+	Writable       bool    // holding and coil only
+	Min, Max       *float64
+	Profile        string // the profile the tag came from, "" for a device's own tag
+	Line           int    // line of the tag entry
 }
 
 // Words is the number of 16-bit registers the tag occupies: 1, 2 or 4, 1
-// for a bit of a register, Length for a string. It is 0 for coil and
-// discrete tags, which live in the separate bit address space (see Span).
+// for a bit or a byte of a register, Length for a string. It is 0 for coil
+// and discrete tags, which live in the separate bit address space (see Span).
 func (t Tag) Words() int {
-	switch t.Register {
-	case RegisterCoil, RegisterDiscrete:
+	if r, _ := tagtype.ParseRegister(t.Register); r.Bits() {
 		return 0
 	}
-	if t.Type == "string" {
-		return t.Length
-	}
-	return typeWords[t.Type]
+	return t.Span()
 }
 
-// Span is the number of addresses the tag occupies in its own address space:
-// Words for holding/input registers, 1 for coil/discrete.
+// Span is the number of addresses the tag occupies in its own address space
+// (tagtype.Span): Words for holding/input registers, 1 for coil/discrete.
 func (t Tag) Span() int {
-	if t.Register == RegisterCoil || t.Register == RegisterDiscrete {
-		return 1
-	}
-	if t.Type == "string" {
-		return t.Length
-	}
-	return typeWords[t.Type]
+	typ, _ := tagtype.Parse(t.Type)
+	r, _ := tagtype.ParseRegister(t.Register)
+	return tagtype.Span(typ, r, t.Length)
 }
-
-// typeWords is the register count of each type on a holding/input register.
-var typeWords = map[string]int{
-	"int16": 1, "uint16": 1, "bool": 1,
-	"int32": 2, "uint32": 2, "float32": 2,
-	"int64": 4, "uint64": 4, "float64": 4,
-}
-
-var orders = map[string]bool{"ABCD": true, "CDAB": true, "BADC": true, "DCBA": true}
 
 // Upstream is where samples are pushed.
 type Upstream struct {

@@ -69,13 +69,15 @@ import "time"
 //	tag register                     "holding"                    holding | input | coil | discrete
 //	tag address                      (required)                   0..65535 (+ words - 1)
 //	tag type                         "uint16"; coil/discrete "bool"  int16 uint16 int32 uint32 float32 int64 uint64 float64 bool string
-//	tag length                       (required for string)        1..125 registers, two characters each
-//	tag order                        "ABCD"                       ABCD CDAB BADC DCBA (16-bit, string: ABCD BADC; bool: ABCD)
+//	                                                              int8_high int8_low uint8_high uint8_low float16 (see "Tag types")
+//	tag length                       (required for string)        1..125 registers
+//	tag string_register_location     "both" (string only)         both (two characters a register) | lower | upper (one, in that byte)
+//	tag order                        "ABCD"                       ABCD CDAB BADC DCBA (16-bit, string: ABCD BADC; bool, 8-bit, string lower/upper: ABCD)
 //	tag bit                          none (-1)                    0..15, bool on holding/input only (and required there)
 //	tag scale                        1                            != 0, not on bool
 //	tag offset                       0                            not on bool
 //	tag deadband                     0                            >= 0, not on bool
-//	tag writable                     false                        holding and coil only
+//	tag writable                     false                        holding and coil only; not 8-bit types or string
 //	tag min, max                     none                         min <= max
 //	[upstream] ts_unit               "us"                         us | ms: ts in every upstream payload
 //	[upstream.websocket] url         "" (none)                    ws:// or wss://; or urls = [...] (not both)

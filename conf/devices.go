@@ -3,6 +3,8 @@ package conf
 import (
 	"fmt"
 	"strings"
+
+	"edgegw/tagtype"
 )
 
 // profiles reads every [[profile]]; errors name the profile.
@@ -57,13 +59,22 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 	t.at.tag = name
 
 	tag.Register = t.oneOf("register", DefaultRegister, RegisterHolding, RegisterInput, RegisterCoil, RegisterDiscrete)
-	bitSpace := tag.Register == RegisterCoil || tag.Register == RegisterDiscrete
+	reg, _ := tagtype.ParseRegister(tag.Register)
+	bitSpace := reg.Bits()
 	defType := DefaultRegisterType
 	if bitSpace {
 		defType = DefaultBitType
 	}
-	tag.Type = t.oneOf("type", defType, "int16", "uint16", "int32", "uint32", "float32", "int64", "uint64", "float64", "bool", "string")
-	isString := tag.Type == "string"
+	typ, _ := tagtype.Parse(defType)
+	if s, ok := t.str("type"); ok {
+		if p, err := tagtype.Parse(s); err != nil {
+			t.errf("type", "type %q: want %s", s, orList(tagtype.Names()))
+		} else {
+			typ = p
+		}
+	}
+	tag.Type = typ.String() // an alias becomes the type's name
+	isString := typ == tagtype.String
 	if t.has("length") || isString {
 		tag.Length = int(t.intIn("length", 0, 1, LimitMaxRegisters))
 		switch {
@@ -74,7 +85,23 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 			tag.Length = 0
 		}
 	}
+	loc := tagtype.Both
+	if s, ok := t.str("string_register_location"); ok {
+		l, err := tagtype.ParseLocation(s)
+		switch {
+		case !isString:
+			t.errf("string_register_location", "string_register_location applies only to a string tag")
+		case err != nil:
+			t.errf("string_register_location", "string_register_location %q: want both, lower or upper", s)
+		default:
+			loc = l
+		}
+	}
+	if isString {
+		tag.StringLocation = loc.String()
+	}
 
+	span := tagtype.Span(typ, reg, tag.Length)
 	addr, hasAddr := t.integer("address")
 	switch {
 	case !hasAddr && !t.has("address"):
@@ -83,8 +110,8 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 		t.errf("address", "address %d < 0", addr)
 	case hasAddr && addr > 65535:
 		t.errf("address", "address %d > 65535", addr)
-	case hasAddr && addr+int64(tag.Span())-1 > 65535:
-		t.errf("address", "address %d + %d registers of %s - 1 > 65535", addr, tag.Span(), tag.Type)
+	case hasAddr && addr+int64(span)-1 > 65535:
+		t.errf("address", "address %d + %d registers of %s - 1 > 65535", addr, span, tag.Type)
 	default:
 		tag.Address = uint16(addr)
 	}
@@ -97,39 +124,43 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 			}
 		}
 	}
-	if bitSpace && tag.Type != "bool" {
+	isBool := typ == tagtype.Bool
+	if !typ.Allows(reg) {
 		t.errf("type", "type %s on a %s: %s tags are bool", tag.Type, tag.Register, tag.Register)
 	}
 	if b, ok := t.integer("bit"); ok {
 		switch {
-		case tag.Type != "bool" || bitSpace:
+		case !isBool || bitSpace:
 			t.errf("bit", "bit applies only to a bool in a holding or input register")
 		case b < 0 || b > 15:
 			t.errf("bit", "bit %d outside 0..15", b)
 		default:
 			tag.Bit = int(b)
 		}
-	} else if tag.Type == "bool" && !bitSpace && !t.has("bit") {
+	} else if isBool && !bitSpace && !t.has("bit") {
 		t.errf("type", "bool on a %s register needs bit = 0..15", tag.Register)
 	}
 
 	if o, ok := t.str("order"); ok {
-		words := typeWords[tag.Type]
+		ord, err := tagtype.ParseOrder(o)
 		switch {
-		case !orders[o]:
+		case err != nil:
 			t.errf("order", "order %q: want ABCD, CDAB, BADC or DCBA", o)
-		case isString && o != "ABCD" && o != "BADC":
-			t.errf("order", "order %s on a string: want ABCD (high byte first) or BADC (bytes swapped in each register)", o)
-		case tag.Type == "bool" && o != "ABCD":
-			t.errf("order", "order %s does not apply to bool (bit counts from the least significant bit)", o)
-		case words == 1 && o != "ABCD" && o != "BADC":
-			t.errf("order", "order %s on a 16-bit %s: want ABCD or BADC (there is no word to swap)", o, tag.Type)
-		default:
+		case isString && loc != tagtype.Both && ord != tagtype.ABCD:
+			t.errf("order", "order %s on a string of one character a register (%s): want ABCD", o, loc)
+		case typ.AllowsOrder(ord):
 			tag.Order = o
+		case isString:
+			t.errf("order", "order %s on a string: want ABCD (high byte first) or BADC (bytes swapped in each register)", o)
+		case isBool:
+			t.errf("order", "order %s does not apply to bool (bit counts from the least significant bit)", o)
+		case typ.Words() == 1 && !typ.AllowsOrder(tagtype.BADC):
+			t.errf("order", "order %s on %s: want ABCD (the byte is named from the register's value as read)", o, tag.Type)
+		default:
+			t.errf("order", "order %s on a 16-bit %s: want ABCD or BADC (there is no word to swap)", o, tag.Type)
 		}
 	}
 
-	isBool := tag.Type == "bool"
 	if s, ok := t.float("scale"); ok {
 		switch {
 		case isBool:
@@ -158,8 +189,11 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 	}
 	tag.Unit, _ = t.str("unit")
 	tag.Writable = t.boolean("writable", false)
-	if tag.Writable && (tag.Register == RegisterInput || tag.Register == RegisterDiscrete) {
+	switch {
+	case tag.Writable && !reg.Writable():
 		t.errf("writable", "writable: %s registers are read-only", tag.Register)
+	case tag.Writable && !isString && !typ.Writable():
+		t.errf("writable", "writable: a %s cannot be written (the write would overwrite the other byte of the register)", tag.Type)
 	}
 	if v, ok := t.float("min"); ok {
 		tag.Min = &v

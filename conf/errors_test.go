@@ -106,7 +106,7 @@ var errorCases = []struct {
 
 	// Tags.
 	{"bad register", dev + "tags = [ { name = \"t\", register = \"holdin\", address = 0 } ] #!\n", []string{`device "d": tag "t": register "holdin": want holding, input, coil or discrete`}},
-	{"bad type", dev + "tags = [ { name = \"t\", address = 0, type = \"float16\" } ] #!\n", []string{`device "d": tag "t": type "float16": want int16, uint16, int32, uint32, float32, int64, uint64, float64, bool or string`}},
+	{"bad type", dev + "tags = [ { name = \"t\", address = 0, type = \"float8\" } ] #!\n", []string{`device "d": tag "t": type "float8": want int16, uint16, int32, uint32, float32, int64, uint64, float64, bool, string, int8_high, int8_low, uint8_high, uint8_low or float16`}},
 	{"bad order", dev + "tags = [ { name = \"t\", address = 0, type = \"int32\", order = \"ACBD\" } ] #!\n", []string{`device "d": tag "t": order "ACBD": want ABCD, CDAB, BADC or DCBA`}},
 	{"coil not bool", dev + "tags = [ { name = \"t\", register = \"coil\", address = 0, type = \"int16\" } ] #!\n", []string{`device "d": tag "t": type int16 on a coil: coil tags are bool`}},
 	{"bool needs bit", dev + "tags = [ { name = \"t\", address = 0, type = \"bool\" } ] #!\n", []string{`device "d": tag "t": bool on a holding register needs bit = 0..15`}},
@@ -127,6 +127,12 @@ var errorCases = []struct {
 		[]string{`device "d": tag "sn": scale does not apply to a string tag`, `device "d": tag "sn": writable does not apply to a string tag`}},
 	{"string on a coil", dev + "tags = [ { name = \"sn\", register = \"coil\", address = 0, type = \"string\", length = 2 } ] #!\n", []string{`device "d": tag "sn": type string on a coil: coil tags are bool`}},
 	{"string beyond 65535", dev + "tags = [ { name = \"sn\", address = 65530, type = \"string\", length = 8 } ] #!\n", []string{`device "d": tag "sn": address 65530 + 8 registers of string - 1 > 65535`}},
+	{"string_register_location on a number", dev + "tags = [ { name = \"t\", address = 0, string_register_location = \"lower\" } ] #!\n", []string{`device "d": tag "t": string_register_location applies only to a string tag`}},
+	{"bad string_register_location", dev + "tags = [ { name = \"sn\", address = 0, type = \"string\", length = 2, string_register_location = \"middle\" } ] #!\n", []string{`device "d": tag "sn": string_register_location "middle": want both, lower or upper`}},
+	{"string lower swapped", dev + "tags = [ { name = \"sn\", address = 0, type = \"string\", length = 2, string_register_location = \"lower\", order = \"BADC\" } ] #!\n", []string{`device "d": tag "sn": order BADC on a string of one character a register (lower): want ABCD`}},
+	{"order on an 8-bit type", dev + "tags = [ { name = \"t\", address = 0, type = \"int8_high\", order = \"BADC\" } ] #!\n", []string{`device "d": tag "t": order BADC on int8_high: want ABCD (the byte is named from the register's value as read)`}},
+	{"writable 8-bit", dev + "tags = [ { name = \"t\", address = 0, type = \"uint8l\", writable = true } ] #!\n", []string{`device "d": tag "t": writable: a uint8_low cannot be written (the write would overwrite the other byte of the register)`}},
+	{"float16 on a coil", dev + "tags = [ { name = \"t\", register = \"coil\", address = 0, type = \"float16\" } ] #!\n", []string{`device "d": tag "t": type float16 on a coil: coil tags are bool`}},
 	{"scale zero", dev + "tags = [ { name = \"t\", address = 0, scale = 0 } ] #!\n", []string{`device "d": tag "t": scale = 0 would make every value 0`}},
 	{"scale on bool", dev + "tags = [ { name = \"t\", register = \"coil\", address = 0, scale = 2 } ] #!\n", []string{`device "d": tag "t": scale does not apply to bool`}},
 	{"negative deadband", dev + "tags = [ { name = \"t\", address = 0, deadband = -0.5 } ] #!\n", []string{`device "d": tag "t": deadband -0.5 < 0`}},
@@ -134,7 +140,7 @@ var errorCases = []struct {
 	{"writable input", dev + "tags = [ { name = \"t\", register = \"input\", address = 0, writable = true } ] #!\n", []string{`device "d": tag "t": writable: input registers are read-only`}},
 	{"writable discrete", dev + "tags = [ { name = \"t\", register = \"discrete\", address = 0, writable = true } ] #!\n", []string{`device "d": tag "t": writable: discrete registers are read-only`}},
 	{"tag not a table", dev + "tags = [ 5 ] #!\n", []string{`device "d": tags[0]: want a table, got an integer (5)`}},
-	{"profile tag error", "[[profile]]\nname = \"p\"\n[[profile.tags]]\nname = \"t\"\naddress = 0\ntype = \"int8\" #!\n", []string{`profile "p": tag "t": type "int8": want int16, uint16, int32, uint32, float32, int64, uint64, float64, bool or string`}},
+	{"profile tag error", "[[profile]]\nname = \"p\"\n[[profile.tags]]\nname = \"t\"\naddress = 0\ntype = \"int8\" #!\n", []string{`profile "p": tag "t": type "int8": want int16, uint16, int32, uint32, float32, int64, uint64, float64, bool, string, int8_high, int8_low, uint8_high, uint8_low or float16`}},
 
 	// Sections.
 	{"bad ts_unit", "[upstream]\nts_unit = \"s\" #!\n", []string{`upstream.ts_unit "s": want us or ms`}},

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"edgegw/tagtype"
 )
 
 // WriteTable writes the resolved device/tag table (for `edgegw check`): a
@@ -129,7 +131,7 @@ func tagAddress(t Tag) string {
 }
 
 func tagScale(t Tag) string {
-	if t.Type == "bool" || t.Type == "string" {
+	if typ, _ := tagtype.Parse(t.Type); typ.Kind() != tagtype.Number {
 		return "-"
 	}
 	s := strconv.FormatFloat(t.Scale, 'g', -1, 64)

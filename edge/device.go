@@ -56,6 +56,7 @@ type device struct {
 	backoff   time.Duration
 	values    []float64
 	texts     []*string // string tags: the value, the same pointer while unchanged
+	text      []byte    // the text being decoded, reused by every poll
 	nan       []bool    // the tag's last value was NaN or ±Inf (logged once per episode)
 	quality   []ringstore.Quality
 	last      []ringstore.Sample // last appended sample per tag, for deadband
@@ -141,7 +142,7 @@ func (d *device) shrink(r Read) bool {
 	switch {
 	case d.maxGap > 0:
 		d.maxGap = 0
-	case r.Register.bits():
+	case r.Register.Bits():
 		d.maxBits = max(1, int(r.Quantity)/2)
 	default:
 		d.maxRegs = max(1, int(r.Quantity)/2)
@@ -183,13 +184,13 @@ var (
 	_ doer = (*modbus.UDPConn)(nil)
 )
 
-// fc is the read function of a register table.
-func (r Register) fc() byte { return [...]byte{3, 4, 1, 2}[r&3] }
+// readFC is the read function of a register table.
+func readFC(r Register) byte { return [...]byte{3, 4, 1, 2}[r&3] }
 
 // prepare sets d's reusable request to read r.
 func (d *device) prepare(r Read) *modbus.Request {
 	q := &d.req
-	q.Func, q.Addr, q.Qty = r.Register.fc(), r.Address, r.Quantity
+	q.Func, q.Addr, q.Qty = readFC(r.Register), r.Address, r.Quantity
 	return q
 }
 
@@ -379,7 +380,7 @@ func (d *device) decode(r Read, data []byte) error {
 		off := int(t.Address) - int(r.Address)
 		var raw float64
 		var err error
-		if r.Register.bits() {
+		if r.Register.Bits() {
 			if off/8 >= len(data) {
 				err = fmt.Errorf("edge: device %q: tag %q: reply too short", d.cfg.Name, t.Name)
 			} else if BitAt(data, off) {
@@ -425,11 +426,12 @@ func (d *device) decode(r Read, data []byte) error {
 // is unchanged (no allocation per poll for a serial number).
 func (d *device) decodeText(ti int, regs []byte) error {
 	t := &d.cfg.Tags[ti]
-	s, err := DecodeString(t.Order, regs)
-	if err != nil {
+	var err error
+	if d.text, err = AppendText(d.text[:0], t.Order, t.Location, regs); err != nil {
 		return fmt.Errorf("edge: device %q: tag %q: %w", d.cfg.Name, t.Name, err)
 	}
-	if p := d.texts[ti]; p == nil || *p != s {
+	if p := d.texts[ti]; p == nil || *p != string(d.text) {
+		s := validText(d.text) // text that is not UTF-8 never equals *p: new each poll
 		d.texts[ti] = &s
 	}
 	return nil

@@ -1,7 +1,8 @@
 // Package edge owns acquisition: it turns the configured devices into read
 // plans, polls them on schedule over edge/modbus, decodes registers into
-// samples, appends each poll's samples to the ring, and keeps per-device
-// statistics (stats.Device).
+// samples (every type tagtype names: the vocabulary is tagtype's, the
+// decoding this package's), appends each poll's samples to the ring, and
+// keeps per-device statistics (stats.Device).
 //
 // A device whose transport cannot be opened (a missing serial port, an
 // unresolvable host, no descriptor left) is down — stats.Device.Down, with

@@ -1,7 +1,9 @@
 package edge
 
 import (
+	"encoding/json"
 	"math"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,6 +132,87 @@ func TestStringsAndOverlapsAgainstPymodbus(t *testing.T) {
 		j := string(g.AppendJSON(nil))
 		if !strings.Contains(j, `"tag":"`+name+`","value":`+w+`,`) {
 			t.Errorf("%s: %s, want value %s", name, j, w)
+		}
+	}
+}
+
+// newTypesExpect computes, in Python with its own struct module (an
+// encoder and decoder independent of this package), the registers of the
+// 8-bit, float16 and string-placement tags below and the value each must
+// decode to: {"regs": [...], "want": {tag: value}}.
+const newTypesExpect = `
+import json, struct
+regs, want = [], {}
+def reg(b):
+    regs.append(struct.unpack('>H', b)[0])
+b = struct.pack('>bB', -2, 0x41); reg(b)                     # 0
+want.update(i8h=struct.unpack('>b', b[:1])[0], u8l=b[1], u8h=b[0], i8l=struct.unpack('>b', b[1:])[0])
+b = struct.pack('>Bb', 0x7f, -128); reg(b)                   # 1
+want.update(u8h_1=b[0], i8l_1=struct.unpack('>b', b[1:])[0])
+for i, v in enumerate([21.5, -0.0001, 65504.0, 1/3]):        # 2..5: halves, rounded by struct
+    b = struct.pack('>e', v); reg(b); want['f16_%d' % i] = struct.unpack('>e', b)[0]
+b = struct.pack('<e', 3.5); reg(b); want['f16_badc'] = struct.unpack('<e', b)[0]   # 6: bytes swapped
+for c in 'SN4': reg(bytes([ord(c), 0x7f]))                   # 7..9: one character a register, high byte
+for c in 'AB ': reg(bytes([0xee, ord(c)]))                   # 10..12: low byte, padded with a space
+reg(b'Hi'); reg(b'!\x00')                                    # 13..14: two a register
+want.update(upper='SN4', lower='AB', both='Hi!')
+print(json.dumps({'regs': regs, 'want': want}))
+`
+
+// The types Telegraf has (INT8 high/low, FLOAT16, string placements) read
+// from pymodbus registers: edge's values against Python's struct module.
+func TestNewTypesAgainstPymodbus(t *testing.T) {
+	out, err := exec.Command(testenv.Python(t), "-c", newTypesExpect).Output()
+	if err != nil {
+		t.Fatalf("python: %v", err)
+	}
+	var exp struct {
+		Regs []uint16
+		Want map[string]any
+	}
+	if err := json.Unmarshal(out, &exp); err != nil {
+		t.Fatalf("python said %q: %v", out, err)
+	}
+	port := testenv.PymodbusRegisters(t, exp.Regs)
+	tags := []Tag{
+		{Name: "i8h", Address: 0, Type: Int8High}, {Name: "u8l", Address: 0, Type: Uint8Low},
+		{Name: "u8h", Address: 0, Type: Uint8High}, {Name: "i8l", Address: 0, Type: Int8Low},
+		{Name: "u8h_1", Address: 1, Type: Uint8High}, {Name: "i8l_1", Register: Input, Address: 1, Type: Int8Low},
+		{Name: "f16_0", Address: 2, Type: Float16}, {Name: "f16_1", Address: 3, Type: Float16},
+		{Name: "f16_2", Address: 4, Type: Float16}, {Name: "f16_3", Register: Input, Address: 5, Type: Float16},
+		{Name: "f16_badc", Address: 6, Type: Float16, Order: BADC},
+		{Name: "upper", Address: 7, Type: String, Length: 3, Location: Upper},
+		{Name: "lower", Address: 10, Type: String, Length: 3, Location: Lower},
+		{Name: "both", Address: 13, Type: String, Length: 2},
+	}
+	for i := range tags {
+		tags[i].Scale = 1
+	}
+	if len(exp.Want) != len(tags) {
+		t.Fatalf("python computed %d values for %d tags", len(exp.Want), len(tags))
+	}
+	ring := newRing(t, 1000)
+	s, err := New(Config{Sink: ring, Devices: []DeviceConfig{
+		devCfg("py", TransportTCP, "127.0.0.1:"+strconv.Itoa(port), 200*time.Millisecond, 150*time.Millisecond, tags)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSched(t, s)
+	waitFor(t, 10*time.Second, "a good poll", func() bool { return s.devices[0].stats.GoodPolls.Load() >= 1 })
+	got := latest(ring, "py")
+	for _, tag := range tags {
+		g, ok := got[tag.Name]
+		switch w := exp.Want[tag.Name].(type) {
+		case string:
+			if !ok || g.Quality != ringstore.Good || g.Text == nil || *g.Text != w {
+				t.Errorf("%s: got %+v, want %q", tag.Name, g, w)
+			}
+		case float64:
+			if !ok || g.Quality != ringstore.Good || g.Value != w {
+				t.Errorf("%s: got %v (%v), want %v", tag.Name, g.Value, g.Quality, w)
+			}
+		default:
+			t.Errorf("%s: python gave %T %v", tag.Name, w, w)
 		}
 	}
 }

@@ -3,36 +3,9 @@ package edge
 import (
 	"fmt"
 	"sort"
+
+	"edgegw/tagtype"
 )
-
-// Register is the Modbus data table a tag lives in.
-type Register uint8
-
-const (
-	Holding  Register = iota // FC3, 16-bit read/write
-	Input                    // FC4, 16-bit read-only
-	Coil                     // FC1, 1-bit read/write
-	Discrete                 // FC2, 1-bit read-only
-)
-
-// ParseRegister maps a config register name to a Register.
-func ParseRegister(s string) (Register, error) {
-	switch s {
-	case "holding":
-		return Holding, nil
-	case "input":
-		return Input, nil
-	case "coil":
-		return Coil, nil
-	case "discrete":
-		return Discrete, nil
-	}
-	return 0, fmt.Errorf("edge: unknown register kind %q", s)
-}
-
-func (r Register) String() string { return [...]string{"holding", "input", "coil", "discrete"}[r&3] }
-
-func (r Register) bits() bool { return r == Coil || r == Discrete }
 
 // Protocol limits per read (Modbus application protocol v1.1b3, 6.1–6.4).
 const (
@@ -47,8 +20,9 @@ type Tag struct {
 	Address  uint16
 	Type     Type
 	Order    Order
-	Bit      int // bit of a register for Bool on holding/input; ignored otherwise
-	Length   int // registers of a String tag (two characters each); ignored otherwise
+	Bit      int      // bit of a register for Bool on holding/input; ignored otherwise
+	Length   int      // registers of a String tag; ignored otherwise
+	Location Location // where a String's characters sit in each register (Both: two a register)
 	Scale    float64
 	Offset   float64
 	Unit     string
@@ -58,15 +32,7 @@ type Tag struct {
 }
 
 // span is the number of registers (or bits) the tag covers.
-func (t *Tag) span() int {
-	if t.Register.bits() {
-		return 1
-	}
-	if t.Type == String {
-		return max(1, t.Length)
-	}
-	return t.Type.Words()
-}
+func (t *Tag) span() int { return tagtype.Span(t.Type, t.Register, max(1, t.Length)) }
 
 // Read is one request of a poll: a contiguous range of one register kind
 // covering one or more tags. Tags may overlap (a status word and bool tags
@@ -112,7 +78,7 @@ func PlanReads(tags []Tag, maxGap, maxRegs, maxBits int) []Read {
 	for _, i := range idx {
 		t := &tags[i]
 		limit, gap := maxRegs, maxGap
-		if t.Register.bits() {
+		if t.Register.Bits() {
 			limit, gap = maxBits, 16*maxGap
 		}
 		start, end := int(t.Address), int(t.Address)+t.span() // [start, end)

@@ -299,8 +299,10 @@ func (s *Scheduler) prepareWrite(req WriteRequest) (*writeJob, *WriteError) {
 	switch {
 	case !t.Writable:
 		return nil, writeErr(req, WriteNotWritable, "the tag is not marked writable", nil)
-	case t.Register != Holding && t.Register != Coil:
+	case !t.Register.Writable():
 		return nil, writeErr(req, WriteNotWritable, t.Register.String()+" registers are read-only", nil)
+	case !t.Type.Writable():
+		return nil, writeErr(req, WriteNotWritable, "a "+t.Type.String()+" tag cannot be written", nil)
 	}
 	v := req.Value
 	if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -350,6 +352,10 @@ func unscaled(t *Tag, v float64) (float64, error) {
 	case Float32:
 		if math.Abs(raw) > math.MaxFloat32 {
 			return 0, fmt.Errorf("raw value %s does not fit a float32", fmtValue(raw))
+		}
+	case Float16:
+		if math.Abs(raw) > 65504 {
+			return 0, fmt.Errorf("raw value %s does not fit a float16 (at most ±65504)", fmtValue(raw))
 		}
 	case Float64:
 	default:

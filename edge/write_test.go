@@ -52,6 +52,8 @@ func writeTags() []Tag {
 		{Name: "pump", Register: Coil, Address: 5, Type: Bool, Writable: true},
 		{Name: "ro", Register: Holding, Address: 50, Type: Uint16},
 		{Name: "rh", Register: Input, Address: 1, Type: Uint16, Writable: true},
+		{Name: "half", Register: Holding, Address: 60, Type: Float16, Scale: 1, Writable: true},
+		{Name: "byte", Register: Holding, Address: 61, Type: Uint8Low, Scale: 1, Writable: true},
 	}
 }
 
@@ -99,6 +101,8 @@ func TestWriteTCPAllowed(t *testing.T) {
 		{"bit3", 1, 40, []uint16{0x00f8}},
 		{"bit4", 0, 40, []uint16{0x00e8}},
 		{"bit3", 0, 40, []uint16{0x00e0}},
+		{"half", 21.5, 60, []uint16{0x4d60}},
+		{"half", -2, 60, []uint16{0xc000}},
 	}
 	for _, c := range cases {
 		res, err := s.Write(ctx, WriteRequest{Device: "plc", Tag: c.tag, Value: c.v, Origin: "test"})
@@ -165,6 +169,8 @@ func TestWriteRefused(t *testing.T) {
 		{"plc", "f32", math.NaN(), WriteOutOfRange, "not a finite number"},
 		{"plc", "bit3", 2, WriteOutOfRange, "0 or 1"},
 		{"plc", "pump", 0.5, WriteOutOfRange, "0 or 1"},
+		{"plc", "half", 70000, WriteOutOfRange, "does not fit a float16"},
+		{"plc", "byte", 1, WriteNotWritable, "a uint8_low tag cannot be written"},
 	}
 	for _, c := range cases {
 		_, err := s.Write(tctx(t), WriteRequest{Device: c.dev, Tag: c.tag, Value: c.v, Origin: "test"})

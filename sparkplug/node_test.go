@@ -14,6 +14,8 @@ import (
 	"edgegw/ringstore"
 	"edgegw/spool"
 	"edgegw/stats"
+
+	"edgegw/tagtype"
 )
 
 type gotMsg struct {
@@ -148,8 +150,8 @@ func TestNodeSession(t *testing.T) {
 	n, err := New(Config{
 		GroupID: "g", NodeID: "n", Writes: true, Broker: "tcp://" + mosq.Addr, DataDir: dir,
 		Devices: []Device{
-			{Name: "d1", Interval: time.Hour, Tags: []Tag{{Name: "t", Type: "int16", Unit: "V"}, {Name: "c", Type: "bool", Writable: true}}},
-			{Name: "d2", Interval: time.Hour, Tags: []Tag{{Name: "x", Type: "float64"}}},
+			{Name: "d1", Interval: time.Hour, Tags: []Tag{{Name: "t", Type: tagtype.Int16, Unit: "V"}, {Name: "c", Type: tagtype.Bool, Writable: true}}},
+			{Name: "d2", Interval: time.Hour, Tags: []Tag{{Name: "x", Type: tagtype.Float64}}},
 		},
 		Queue: q, Latest: ring.Snapshot, Stats: func() []stats.Entry { return entries }, Writer: w,
 		Version: "test", CheckEvery: 10 * time.Millisecond,

@@ -21,6 +21,7 @@ var (
 	houseRoles    = []string{"edge", "web", "push"}          // never depend on each other
 	houseMainOnly = []string{"conf", "internal/sdnotify"}    // imported by main alone
 	houseLabMods  = []string{"github.com/mochi-mqtt/server"} // never in the gateway build
+	houseLeaves   = []string{"tagtype"}                      // import only the standard library
 )
 
 // TestHouse holds the code to the README's Architecture section: every
@@ -39,6 +40,13 @@ func TestHouse(t *testing.T) {
 	pkgs := goListPackages(t, dir)
 	nolab := strings.Fields(goOutput(t, dir, "list", "-deps", "-tags", "nolab", "."))
 	for _, p := range checkHouse(h, pkgs, nolab) {
+		t.Error(p)
+	}
+	leafDeps := map[string][]string{}
+	for _, l := range houseLeaves {
+		leafDeps[l] = strings.Fields(goOutput(t, dir, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./"+l))
+	}
+	for _, p := range checkLeaves(leafDeps) {
 		t.Error(p)
 	}
 	for _, m := range directRequires(t, readFile(t, filepath.Join(dir, "go.mod"))) {
@@ -89,6 +97,30 @@ func TestHouseCatches(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("checker missed %q; it said:\n%s", want, got)
 		}
+	}
+}
+
+// checkLeaves returns a breach for every package a leaf (houseLeaves)
+// depends on outside the standard library (deps: what go list -deps names
+// that is not standard, the leaf itself included).
+func checkLeaves(deps map[string][]string) []string {
+	var out []string
+	for leaf, ds := range deps {
+		for _, d := range ds {
+			if d != module+"/"+leaf {
+				out = append(out, fmt.Sprintf("%s depends on %s: it imports only the standard library (README, Architecture)", leaf, d))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestLeavesCatches: checkLeaves finds a leaf that reaches past the standard library.
+func TestLeavesCatches(t *testing.T) {
+	got := checkLeaves(map[string][]string{"tagtype": {"edgegw/tagtype", "edgegw/ringstore"}, "clean": {"edgegw/clean"}})
+	if len(got) != 1 || !strings.Contains(got[0], "tagtype depends on edgegw/ringstore") {
+		t.Errorf("checkLeaves said %q", got)
 	}
 }
 
