@@ -3,6 +3,7 @@ package conf
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // profiles reads every [[profile]]; errors name the profile.
@@ -156,6 +157,7 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 			tag.Deadband = db
 		}
 	}
+	tag.Interval = t.positive("interval", 0, false)
 	tag.Unit, _ = t.str("unit")
 	tag.Writable = t.boolean("writable", false)
 	if tag.Writable && (tag.Register == RegisterInput || tag.Register == RegisterDiscrete) {
@@ -385,9 +387,39 @@ func (d *decoder) device(t *table, profiles map[string]*Profile, poll Poll) (Dev
 		}
 	}
 	d.checkTagSet(t, dev.Tags, valid, func(a, b Tag) bool { return a.Profile == "" || b.Profile == "" })
+	if len(d.errs) == timingBefore {
+		d.checkRates(t, &dev)
+	}
 	t.done()
 	ok.endpoint = addrOK && unitOK
 	return dev, ok
+}
+
+// checkRates refuses a tag interval that is not a multiple of its device's,
+// a device none of whose tags is polled at its own interval, and more rates
+// than edge keeps apart.
+func (d *decoder) checkRates(t *table, dev *Device) {
+	rates := map[time.Duration]bool{}
+	base := false
+	for _, tag := range dev.Tags {
+		iv := tag.Interval
+		if iv == 0 || iv == dev.Interval {
+			base = true
+			continue
+		}
+		if iv < dev.Interval || iv%dev.Interval != 0 {
+			d.errs = append(d.errs, &Error{File: d.file, Line: tag.Line, Device: dev.Name, Tag: tag.Name,
+				Msg: fmt.Sprintf("interval %v is not a multiple of the device's interval %v", iv, dev.Interval)})
+			continue
+		}
+		rates[iv] = true
+	}
+	switch {
+	case len(dev.Tags) > 0 && !base:
+		t.errf("interval", "no tag is polled at the device's interval %v: set it to the fastest tag's", dev.Interval)
+	case len(rates)+1 > LimitRates:
+		t.errf("interval", "%d poll rates among the tags, more than %d", len(rates)+1, LimitRates)
+	}
 }
 
 func (d *decoder) serial(t *table) Serial {

@@ -1,7 +1,10 @@
 // Package edge owns acquisition: it turns the configured devices into read
 // plans, polls them on schedule over edge/modbus, decodes registers into
 // samples, appends each poll's samples to the ring, and keeps per-device
-// statistics (stats.Device).
+// statistics (stats.Device). A tag may have an interval of its own, a
+// multiple of its device's: each poll reads the tags due at it, coalesced
+// together (plan.go), and a slow tag is read once in each window of its
+// own interval, at the first poll inside it.
 //
 // A device whose transport cannot be opened (a missing serial port, an
 // unresolvable host, no descriptor left) is down — stats.Device.Down, with

@@ -192,6 +192,9 @@ type TagInfo struct {
 	Unit     string  `json:"unit,omitempty"`
 	Writable bool    `json:"writable,omitempty"`
 	Deadband float64 `json:"deadband,omitempty"` // the page's sparkline spans at least this
+	// IntervalMS: the tag's own poll interval when it has one (a multiple of
+	// its device's), in ms; 0: the device's.
+	IntervalMS int64 `json:"interval_ms,omitempty"`
 }
 
 // Entry is one device's identity and live record, as edge publishes them.
