@@ -1,11 +1,18 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"edgegw/internal/testenv"
 )
 
 // check prints the reads of each rate's polls: the slow tags join the fast
@@ -50,4 +57,258 @@ tags = [
 	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(out), `tag "temp": interval 2.5s is not a multiple of the device's interval 1s`) {
 		t.Errorf("check of a 2.5 s tag on a 1 s device: exit %d\n%s", code, out)
 	}
+}
+
+// rbeDevice is a device of /api/devices, the counters the RBE tests read.
+type rbeDevice struct {
+	Name      string `json:"name"`
+	Requests  uint64 `json:"requests"`
+	Responses uint64 `json:"responses"`
+	Polls     uint64 `json:"polls"`
+	GoodPolls uint64 `json:"good_polls"`
+	Overruns  uint64 `json:"overruns"`
+}
+
+func rbeDevices(t *testing.T, page string) map[string]rbeDevice {
+	t.Helper()
+	var out struct {
+		Devices []rbeDevice `json:"devices"`
+	}
+	if err := getJSON(t, page+"api/devices", &out); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]rbeDevice{}
+	for _, d := range out.Devices {
+		m[d.Name] = d
+	}
+	return m
+}
+
+// tagTopic is a mosquitto_sub on one gateway's per-tag topics: every
+// message, in order, by tag.
+type tagTopic struct {
+	mu   sync.Mutex
+	msgs map[string][]tagMsg // "device/tag" → messages
+}
+
+type tagMsg struct {
+	Value   *float64 `json:"value"`
+	Quality string   `json:"quality"`
+	TS      int64    `json:"ts"`
+	Seq     uint64   `json:"seq"`
+}
+
+// subscribeTags runs mosquitto_sub on prefix/# and returns once it has
+// seen a marker published after it subscribed (so it misses nothing the
+// gateway publishes later).
+func subscribeTags(t *testing.T, broker, prefix string) *tagTopic {
+	t.Helper()
+	host, port, _ := strings.Cut(broker, ":")
+	sc := testenv.Start(t, exec.Command(testenv.Need(t, "mosquitto_sub"), "-h", host, "-p", port, "-q", "1", "-v", "-t", prefix+"/#"))
+	tt := &tagTopic{msgs: map[string][]tagMsg{}}
+	marker := make(chan struct{}, 1)
+	go func() {
+		for sc.Scan() {
+			topic, payload, _ := strings.Cut(sc.Text(), " ")
+			if topic == prefix+"/marker" {
+				select {
+				case marker <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			var m tagMsg
+			key := strings.TrimPrefix(topic, prefix+"/")
+			if strings.Count(key, "/") != 1 || json.Unmarshal([]byte(payload), &m) != nil {
+				continue // status, batch, or not a tag's
+			}
+			tt.mu.Lock()
+			tt.msgs[key] = append(tt.msgs[key], m)
+			tt.mu.Unlock()
+		}
+	}()
+	pub := testenv.Need(t, "mosquitto_pub")
+	testenv.WaitFor(t, 20*time.Second, "mosquitto_sub to see a marker published after it subscribed", func() bool {
+		_ = exec.Command(pub, "-h", host, "-p", port, "-t", prefix+"/marker", "-m", "x").Run()
+		select {
+		case <-marker:
+			return true
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
+	})
+	return tt
+}
+
+func (tt *tagTopic) of(key string) []tagMsg {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	return append([]tagMsg(nil), tt.msgs[key]...)
+}
+
+// keptRef is the reference report by exception over values v: a value is
+// kept when it moved more than pct % of |the last value kept| (the first
+// always).
+func keptRef(v []float64, pct float64) []float64 {
+	var out []float64
+	for i, x := range v {
+		if i == 0 || math.Abs(x-out[len(out)-1]) > math.Abs(out[len(out)-1])*pct/100 {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// A register stepping by 0.1 (pymodbus, the sequence set here: down from
+// 30.0, then through 0 to negative values, then constant) with
+// deadband_percent: the per-tag topic (mosquitto_sub) and DDATA (Eclipse
+// Tahu's decoder) carry exactly the values a reference computation over
+// the values pymodbus served keeps. A constant register with a deadband
+// and max_silence = 500ms is kept once every 500 ms: never sooner, and
+// later only by the polls the gateway counts late or lost.
+func TestDeadbandPercentAndMaxSilence(t *testing.T) {
+	var seq []uint16
+	for raw := 300; raw >= 270; raw-- {
+		seq = append(seq, uint16(raw))
+	}
+	for raw := 5; raw >= -5; raw-- {
+		seq = append(seq, uint16(int16(raw)))
+	}
+	for last := seq[len(seq)-1]; len(seq) < 46; {
+		seq = append(seq, last) // constant: nothing kept
+	}
+	ramp := testenv.PymodbusSequence(t, []uint16{0}, seq)
+	still := testenv.PymodbusSequence(t, []uint16{70}, nil)
+	mosq := testenv.StartMosquitto(t)
+	host := startTahuHost(t, mosq.Addr, "")
+	tags := subscribeTags(t, mosq.Addr, "edgegw/rbe")
+
+	const pct = 1.7
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`[gateway]
+id = "rbe"
+[http]
+listen = "127.0.0.1:0"
+[upstream.websocket]
+batch_wait = "20ms"
+[upstream.mqtt]
+broker = "tcp://%s"
+topic_prefix = "edgegw/rbe"
+mode = "fallback"
+[upstream.sparkplug]
+group_id = "plant"
+[[device]]
+name = "ramp"
+transport = "tcp"
+address = "127.0.0.1:%d"
+interval = "200ms"
+timeout = "200ms"
+retries = 0
+tags = [ { name = "v", address = 0, type = "int16", scale = 0.1, deadband_percent = %g } ]
+[[device]]
+name = "still"
+transport = "tcp"
+address = "127.0.0.1:%d"
+interval = "100ms"
+timeout = "100ms"
+retries = 0
+tags = [ { name = "c", address = 0, scale = 0.1, deadband = 1, max_silence = "500ms" } ]
+`, mosq.Addr, ramp.Port, pct, still.Port)
+	path := filepath.Join(dir, "edgegw.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, page := runGateway(t, path)
+	testenv.WaitFor(t, 2*time.Minute, "pymodbus to serve the whole sequence and 5 more", func() bool { return len(ramp.Reads()) >= len(seq)+5 })
+	stillFrom := time.Now()
+	testenv.WaitFor(t, time.Minute, "3 s of the constant register", func() bool { return time.Since(stillFrom) > 3*time.Second })
+	devs := rbeDevices(t, page)
+	if code := gw.stop(20 * time.Second); code != 0 {
+		t.Errorf("gateway exit %d", code)
+	}
+
+	// The reference: over what pymodbus served, every read answered in time.
+	rd := devs["ramp"]
+	if rd.Requests != rd.Responses || rd.GoodPolls != rd.Polls {
+		t.Fatalf("ramp: %+v: a poll failed, so the gateway did not see every value served (the reference needs them all)", rd)
+	}
+	var served []float64
+	for _, r := range ramp.Reads() {
+		served = append(served, float64(int16(r.Reg0))/10)
+	}
+	if uint64(len(served)) != rd.Polls {
+		t.Fatalf("pymodbus served %d reads, the gateway polled %d times", len(served), rd.Polls)
+	}
+	want := keptRef(served, pct)
+	t.Logf("%d values served, %d kept: %v", len(served), len(want), want)
+	if len(want) < 10 || len(want) > len(served)-10 {
+		t.Fatalf("the sequence does not test the band: %d of %d kept", len(want), len(served))
+	}
+
+	var topic []float64
+	for _, m := range tags.of("ramp/v") {
+		if m.Quality != "good" || m.Value == nil {
+			t.Fatalf("ramp/v: %+v", m)
+		}
+		topic = append(topic, *m.Value)
+	}
+	if fmt.Sprint(topic) != fmt.Sprint(want) {
+		t.Errorf("per-tag topic carried %v,\nwant %v", topic, want)
+	}
+
+	// DDATA: the values after the DBIRTH (which carries the value it
+	// found), in order; they end the reference list.
+	msgs := host.all()
+	birth := -1
+	for i := range msgs {
+		if msgs[i].typ() == "DBIRTH" && msgs[i].device() == "ramp" {
+			birth = i
+		}
+	}
+	if birth < 0 {
+		t.Fatal("no DBIRTH of ramp")
+	}
+	alias := aliasesOf(t, &msgs[birth])["v"]
+	var ddata []float64
+	for _, m := range msgs[birth+1:] {
+		if m.typ() != "DDATA" || m.device() != "ramp" {
+			continue
+		}
+		for _, mt := range m.Payload.Metrics {
+			if mt.Alias != nil && *mt.Alias == alias {
+				ddata = append(ddata, mt.num(t))
+			}
+		}
+	}
+	f32 := func(v []float64) string { // a scaled tag is a Float in Sparkplug
+		out := make([]float32, len(v))
+		for i, x := range v {
+			out[i] = float32(x)
+		}
+		return fmt.Sprint(out)
+	}
+	if n := len(want) - len(ddata); n < 0 || n > 2 || f32(ddata) != f32(want[n:]) {
+		t.Errorf("DDATA carried %v,\nwant the end of %v (all but the first or two, in the DBIRTH)", ddata, want)
+	}
+
+	t.Logf("per-tag topic: %d values, DDATA: %d", len(topic), len(ddata))
+
+	// max_silence: the constant register's samples on its per-tag topic.
+	sd := devs["still"]
+	lost := sd.Overruns + sd.Polls - sd.GoodPolls
+	cs := tags.of("still/c")
+	if len(cs) < 4 {
+		t.Fatalf("still/c: %d samples in more than 3 s", len(cs))
+	}
+	for i := 1; i < len(cs); i++ {
+		gap := time.Duration(cs[i].TS-cs[i-1].TS) * time.Microsecond
+		if gap < 500*time.Millisecond || gap > 500*time.Millisecond+time.Duration(2+lost)*100*time.Millisecond {
+			t.Errorf("still/c: %v between samples %d and %d, want 500ms..%v (%d polls late or lost)", gap, i-1, i,
+				500*time.Millisecond+time.Duration(2+lost)*100*time.Millisecond, lost)
+		}
+		if cs[i].Value == nil || *cs[i].Value != 7 {
+			t.Errorf("still/c: %+v", cs[i])
+		}
+	}
+	t.Logf("still/c: %d samples over %d polls (%d late or lost)", len(cs), sd.Polls, lost)
 }

@@ -75,6 +75,8 @@ import "time"
 //	tag scale                        1                            != 0, not on bool
 //	tag offset                       0                            not on bool
 //	tag deadband                     0                            >= 0, not on bool
+//	tag deadband_percent             0                            >= 0, not on bool: kept when moved more than this % of |last kept| (at 0: any change)
+//	tag max_silence                  "0s" (off)                   >= 0, with deadband or deadband_percent: an unchanged good value kept at least this often
 //	tag interval                     the device's interval        a multiple of it; some tag of the device at it; at most 8 rates a device
 //	tag writable                     false                        holding and coil only
 //	tag min, max                     none                         min <= max

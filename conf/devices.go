@@ -91,7 +91,7 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 	}
 
 	if isString {
-		for _, k := range []string{"scale", "offset", "deadband", "writable", "min", "max"} {
+		for _, k := range []string{"scale", "offset", "deadband", "deadband_percent", "max_silence", "writable", "min", "max"} {
 			if t.has(k) {
 				t.get(k)
 				t.errf(k, "%s does not apply to a string tag", k)
@@ -147,14 +147,24 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 		}
 		tag.Offset = o
 	}
-	if db, ok := t.float("deadband"); ok {
+	band := func(key string) float64 { // deadband, deadband_percent: >= 0, not on bool
+		v, ok := t.float(key)
 		switch {
+		case !ok:
 		case isBool:
-			t.errf("deadband", "deadband does not apply to bool")
-		case db < 0:
-			t.errf("deadband", "deadband %g < 0", db)
+			t.errf(key, "%s does not apply to bool", key)
+		case v < 0:
+			t.errf(key, "%s %g < 0", key, v)
 		default:
-			tag.Deadband = db
+			return v
+		}
+		return 0
+	}
+	tag.Deadband, tag.DeadbandPercent = band("deadband"), band("deadband_percent")
+	if t.has("max_silence") {
+		tag.MaxSilence = t.positive("max_silence", 0, true)
+		if tag.MaxSilence > 0 && tag.Deadband == 0 && tag.DeadbandPercent == 0 && !isString {
+			t.errf("max_silence", "max_silence applies with a deadband or deadband_percent (without one every poll is kept)")
 		}
 	}
 	tag.Interval = t.positive("interval", 0, false)

@@ -118,7 +118,8 @@ func newDevice(dc DeviceConfig, log *slog.Logger) (*device, error) {
 	}
 	d.info = stats.Info{Name: dc.Name, Transport: dc.Transport, Address: dc.Address, Unit: dc.Unit, Interval: dc.Interval}
 	for _, t := range dc.Tags {
-		ti := stats.TagInfo{Name: t.Name, Unit: t.Unit, Writable: t.Writable, Deadband: t.Deadband}
+		ti := stats.TagInfo{Name: t.Name, Unit: t.Unit, Writable: t.Writable, Deadband: t.Deadband,
+			DeadbandPercent: t.DeadbandPercent, MaxSilenceMS: t.MaxSilence.Milliseconds()}
 		if t.Interval != 0 && t.Interval != dc.Interval {
 			ti.IntervalMS = t.Interval.Milliseconds()
 		}
@@ -524,11 +525,28 @@ func (d *device) emit(now time.Time, sink Sink) {
 }
 
 // keep reports whether s, the new sample of t, is kept, last being the
-// last sample of t kept (TS 0: none): a good value after a good one is
-// left out when it moved less than t.Deadband.
+// last sample of t kept (TS 0: none). Report by exception: a good value
+// after a good one is left out when it moved less than t.Deadband, or not
+// more than t.DeadbandPercent of |last| (at a last value of 0 every
+// change is kept), unless the last value kept is t.MaxSilence old or
+// older. Everything else is kept: the first sample, every sample that is
+// not good, and the first good one after it.
 func keep(t *Tag, last, s *ringstore.Sample) bool {
-	return t.Deadband <= 0 || last.TS == 0 || last.Quality != ringstore.Good || s.Quality != ringstore.Good ||
-		math.Abs(s.Value-last.Value) >= t.Deadband
+	if last.TS == 0 || last.Quality != ringstore.Good || s.Quality != ringstore.Good ||
+		(t.Deadband <= 0 && t.DeadbandPercent <= 0) {
+		return true
+	}
+	if t.MaxSilence > 0 && s.TS-last.TS >= t.MaxSilence.Microseconds() {
+		return true
+	}
+	diff := math.Abs(s.Value - last.Value)
+	if t.Deadband > 0 && diff < t.Deadband {
+		return false
+	}
+	if t.DeadbandPercent > 0 && diff <= math.Abs(last.Value)*t.DeadbandPercent/100 {
+		return false
+	}
+	return true
 }
 
 // markDown records that d's transport could not be opened: logged at the

@@ -54,6 +54,12 @@ type Tag struct {
 	Offset   float64
 	Unit     string
 	Deadband float64
+	// DeadbandPercent: a good value is left out unless it moved more than
+	// this percentage of the last value kept (of its absolute value).
+	DeadbandPercent float64
+	// MaxSilence: a good value a deadband would leave out is kept anyway
+	// when the last value kept is this old (0: never).
+	MaxSilence time.Duration
 	// Interval: the tag is polled every Interval, a multiple of its
 	// device's (0: at the device's interval).
 	Interval time.Duration
