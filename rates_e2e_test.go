@@ -310,5 +310,55 @@ tags = [ { name = "c", address = 0, scale = 0.1, deadband = 1, max_silence = "50
 			t.Errorf("still/c: %+v", cs[i])
 		}
 	}
-	t.Logf("still/c: %d samples over %d polls (%d late or lost)", len(cs), sd.Polls, lost)
+	var stillDD int
+	for i := range msgs {
+		if msgs[i].typ() == "DDATA" && msgs[i].device() == "still" {
+			stillDD += len(msgs[i].Payload.Metrics)
+		}
+	}
+	t.Logf("still/c: %d samples over %d polls (%d late or lost); %d DDATA metrics", len(cs), sd.Polls, lost, stillDD)
+}
+
+// Bytes on the wire per sample acquired (polled), on the per-tag topics
+// and in Sparkplug DDATA, for the demo's loggers (48 th-loggers over UDP
+// at 1 s) without a band and with report by exception. The figures are in
+// docs/BENCHMARKS.md; run with -v (EDGEGW_WIRE_SECONDS=60 for the
+// published ones).
+func TestWireBytesReportByException(t *testing.T) {
+	demo := func(tempBand, humBand string) string { // cmd_demo.go's th-logger, with bands
+		return `{ name = "temperature", register = "holding", address = 0, type = "int16", scale = 0.1, unit = "°C"` + tempBand + ` },
+  { name = "humidity", register = "holding", address = 1, type = "uint16", scale = 0.1, unit = "%RH"` + humBand + ` }`
+	}
+	perAcq := map[string][2]float64{}
+	for _, c := range []struct{ name, temp, hum string }{
+		{"no band", "", ""},
+		{"deadband 0.1 (any change)", ", deadband = 0.1", ", deadband = 0.1"},
+		{"deadband 0.2 °C, 0.5 %RH", ", deadband = 0.2", ", deadband = 0.5"},
+
+		{"deadband_percent 1, max_silence 30s", `, deadband_percent = 1, max_silence = "30s"`, `, deadband_percent = 1, max_silence = "30s"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, kept, acquired, secs := wireMeasure(t, demo(c.temp, c.hum))
+			if acquired < 96*secs/2 {
+				t.Fatalf("%d samples acquired in %d s, want about %d", acquired, secs, 96*secs)
+			}
+			pt, dd := res["pertag"], res["ddata"]
+			b := [2]float64{float64(pt.bytes) / float64(acquired), float64(dd.bytes) / float64(acquired)}
+			perAcq[c.name] = b
+			t.Logf("%s: %d s, %d samples acquired, %d kept (%.1f %%); per-tag topics %d msgs %d B: %.1f B per sample acquired; DDATA %d msgs %d metrics %d B: %.1f B per sample acquired",
+				c.name, secs, acquired, kept, 100*float64(kept)/float64(acquired), pt.msgs, pt.bytes, b[0], dd.msgs, dd.metrics, dd.bytes, b[1])
+			if c.temp == "" && float64(kept) < 0.9*float64(acquired) {
+				t.Errorf("no band: %d samples kept of %d acquired", kept, acquired)
+			}
+			if c.temp != "" && kept >= acquired {
+				t.Errorf("%s: %d samples kept of %d acquired: the band left nothing out", c.name, kept, acquired)
+			}
+		})
+	}
+	none := perAcq["no band"]
+	for k, v := range perAcq {
+		if k != "no band" && (v[0] >= none[0] || v[1] > none[1]) {
+			t.Errorf("%s: %.1f B per-tag, %.1f B DDATA per sample acquired; without a band %.1f, %.1f", k, v[0], v[1], none[0], none[1])
+		}
+	}
 }
