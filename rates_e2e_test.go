@@ -232,6 +232,7 @@ tags = [ { name = "c", address = 0, scale = 0.1, deadband = 1, max_silence = "50
 	if rd.Requests != rd.Responses || rd.GoodPolls != rd.Polls {
 		t.Fatalf("ramp: %+v: a poll failed, so the gateway did not see every value served (the reference needs them all)", rd)
 	}
+	testenv.WaitFor(t, time.Minute, "pymodbus's log of every poll's read", func() bool { return uint64(len(ramp.Reads())) >= rd.Polls })
 	var served []float64
 	for _, r := range ramp.Reads() {
 		served = append(served, float64(int16(r.Reg0))/10)
@@ -245,6 +246,21 @@ tags = [ { name = "c", address = 0, scale = 0.1, deadband = 1, max_silence = "50
 		t.Fatalf("the sequence does not test the band: %d of %d kept", len(want), len(served))
 	}
 
+	testenv.WaitFor(t, time.Minute, "the per-tag topic to carry as many values as the reference keeps", func() bool { return len(tags.of("ramp/v")) >= len(want) })
+	testenv.WaitFor(t, time.Minute, "a DDATA of ramp with the last value kept", func() bool {
+		all := host.all()
+		for i := len(all) - 1; i >= 0; i-- {
+			if all[i].typ() == "DDATA" && all[i].device() == "ramp" {
+				for _, mt := range all[i].Payload.Metrics {
+					if float32(mt.num(t)) == float32(want[len(want)-1]) {
+						return true
+					}
+				}
+				return false
+			}
+		}
+		return false
+	})
 	var topic []float64
 	for _, m := range tags.of("ramp/v") {
 		if m.Quality != "good" || m.Value == nil {

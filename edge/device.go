@@ -46,7 +46,7 @@ type device struct {
 
 	planMu  sync.Mutex // guards plans, maxRegs, maxBits, maxGap (Plan may be called from anywhere)
 	rates   rates      // the tags' poll rates (fixed)
-	plans   [][]Read   // the reads of each set of due rates (rates.plans)
+	plans   [][]Read   // the reads of each set of due rates, by mask>>1 (rates.plan)
 	maxRegs int
 	maxBits int
 	maxGap  int

@@ -159,6 +159,7 @@ func TestPerTagRatesAgainstPymodbus(t *testing.T) {
 	if sn.Requests != sn.Polls {
 		t.Errorf("%d requests for %d polls: want one a poll", sn.Requests, sn.Polls)
 	}
+	waitFor(t, time.Minute, "pymodbus's log of every good poll's read", func() bool { return uint64(len(py.Reads())) >= sn.GoodPolls })
 	var both, one int
 	for _, r := range py.Reads() {
 		switch {
