@@ -52,9 +52,17 @@ func cmdCheck(args []string, out io.Writer) error {
 	defer g.release()
 	sched := g.sched
 	c.WriteTable(out)
-	fmt.Fprintln(out, "\nread plan (one poll of each device):")
-	plan := sched.Plan()
+	fmt.Fprintln(out, "\nread plan (one poll of each device; a device with tags at several intervals: the polls of each):")
+	plan, rates := sched.Plan(), sched.RatePlans()
 	for _, d := range c.Devices {
+		if rs := rates[d.Name]; rs != nil {
+			for _, rp := range rs {
+				for _, r := range rp.Reads {
+					fmt.Fprintf(out, "  %-24s every %-6v %s\n", d.Name, rp.Every, r)
+				}
+			}
+			continue
+		}
 		for _, r := range plan[d.Name] {
 			fmt.Fprintf(out, "  %-24s %s\n", d.Name, r)
 		}

@@ -83,7 +83,8 @@ func edgeTag(t conf.Tag) (edge.Tag, error) {
 	}
 	return edge.Tag{
 		Name: t.Name, Register: reg, Address: t.Address, Type: typ, Order: order, Bit: t.Bit, Length: t.Length,
-		Location: loc, Scale: t.Scale, Offset: t.Offset, Unit: t.Unit, Deadband: t.Deadband,
+		Location: loc, Scale: t.Scale, Offset: t.Offset, Unit: t.Unit, Deadband: t.Deadband, Interval: t.Interval,
+		DeadbandPercent: t.DeadbandPercent, MaxSilence: t.MaxSilence,
 		Writable: t.Writable, Min: t.Min, Max: t.Max,
 	}, nil
 }

@@ -670,18 +670,45 @@ func TestSparkplugWireBytes(t *testing.T) {
 }
 
 func wireBytesRun(t *testing.T, tag2 string) {
+	res, samples, _, secs := wireMeasure(t, `{ name = "temperature", address = 0, type = "int16", scale = 0.1, unit = "°C" }, `+tag2)
+	if samples < 96*secs/2 {
+		t.Fatalf("%d samples in %d s, want about %d", samples, secs, 96*secs)
+	}
+	for k, v := range res {
+		if v.msgs == 0 {
+			t.Fatalf("no %s messages in the window", k)
+		}
+		t.Logf("%-6s %6d msgs %8d bytes %6d samples sent: %6.1f B per acquired sample, %6.1f B per sample sent",
+			k, v.msgs, v.bytes, v.metrics, float64(v.bytes)/float64(samples), float64(v.bytes)/float64(v.metrics))
+	}
+	dd, pt := res["ddata"], res["pertag"]
+	if float64(dd.bytes)/float64(dd.metrics) >= float64(pt.bytes)/float64(pt.metrics) {
+		t.Errorf("a DDATA metric costs more than a per-tag JSON message")
+	}
+}
+
+// wireClass is what a wire count saw of one kind of message.
+type wireClass struct {
+	msgs, bytes, metrics int
+}
+
+// wireMeasure runs 48 simulated UDP loggers polled every second with the
+// tags of a profile (TOML inline tables) through a gateway that publishes
+// batches, per-tag topics and Sparkplug to a real mosquitto, and counts,
+// over secs seconds (EDGEGW_WIRE_SECONDS, default 10) after a warm-up, the
+// messages, MQTT wire bytes and samples of each kind (ddata, pertag,
+// batch), the samples made (the sequence: kept by report by exception)
+// and the samples acquired (polls × tags).
+func wireMeasure(t *testing.T, tags string) (res map[string]wireClass, kept, acquired, secs int) {
 	mosq := testenv.StartMosquitto(t)
 	fleet := runFleet(t, sim.Config{Devices: 48, Transport: "udp"})
-	secs := 10
+	secs = 10
 	if s := os.Getenv("EDGEGW_WIRE_SECONDS"); s != "" {
 		fmt.Sscan(s, &secs)
 	}
-	type class struct {
-		msgs, bytes, metrics int
-	}
 	var mu sync.Mutex
 	counting := false
-	classes := map[string]*class{"ddata": {}, "pertag": {}, "batch": {}}
+	classes := map[string]*wireClass{"ddata": {}, "pertag": {}, "batch": {}}
 	opts := mqtt.NewClientOptions().AddBroker("tcp://" + mosq.Addr).SetClientID("wire-counter").SetOrderMatters(false)
 	c := mqtt.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
@@ -724,7 +751,7 @@ func wireBytesRun(t *testing.T, tag2 string) {
 	fmt.Fprintf(&b, "[gateway]\nid = \"wire\"\n[http]\nlisten = \"127.0.0.1:0\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n")
 	fmt.Fprintf(&b, "[upstream.mqtt]\nbroker = \"tcp://%s\"\ntopic_prefix = \"edgegw/wire\"\nmode = \"fallback\"\nqos = 1\n", mosq.Addr)
 	b.WriteString("[upstream.sparkplug]\ngroup_id = \"plant\"\n")
-	fmt.Fprintf(&b, "[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1, unit = \"°C\" }, %s ]\n", tag2)
+	fmt.Fprintf(&b, "[[profile]]\nname = \"th\"\ntags = [ %s ]\n", tags)
 	for i := 0; i < fleet.Len(); i++ {
 		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = \"1s\"\n", i+1, fleet.Addr(i))
 	}
@@ -740,39 +767,32 @@ func wireBytesRun(t *testing.T, tag2 string) {
 		}
 		return s.Seq
 	}
-	// Warm up: births done, every path flowing.
-	testenv.WaitFor(t, 30*time.Second, "a first round of samples", func() bool { return status() > 200 })
+	polls := func() (n uint64) {
+		for _, d := range rbeDevices(t, page) {
+			n += d.Polls
+		}
+		return n
+	}
+	// Warm up: births done, every path flowing (the sequence starts from
+	// the clock, not 0: count polls).
+	testenv.WaitFor(t, 30*time.Second, "3 polls of every logger", func() bool { return polls() >= 3*uint64(fleet.Len()) })
 	mu.Lock()
 	counting = true
 	mu.Unlock()
-	s0, t0 := status(), time.Now()
+	s0, p0, t0 := status(), polls(), time.Now()
 	deadline := t0.Add(time.Duration(secs) * time.Second)
 	testenv.WaitFor(t, time.Duration(secs+30)*time.Second, "the measured window", func() bool { return time.Now().After(deadline) })
-	s1 := status()
+	s1, p1 := status(), polls()
 	mu.Lock()
 	counting = false
-	res := map[string]class{}
+	res = map[string]wireClass{}
 	for k, v := range classes {
 		res[k] = *v
 	}
 	mu.Unlock()
 	gw.stop(20 * time.Second)
-	samples := int(s1 - s0)
-	if samples < 96*secs/2 {
-		t.Fatalf("%d samples in %d s, want about %d", samples, secs, 96*secs)
-	}
-	for k, v := range res {
-		if v.msgs == 0 {
-			t.Fatalf("no %s messages in the window", k)
-		}
-		t.Logf("%-6s %6d msgs %8d bytes %6d samples sent: %6.1f B per acquired sample, %6.1f B per sample sent",
-			k, v.msgs, v.bytes, v.metrics, float64(v.bytes)/float64(samples), float64(v.bytes)/float64(v.metrics))
-	}
-	t.Logf("%d samples acquired in %v", samples, time.Since(t0).Round(time.Millisecond))
-	dd, pt := res["ddata"], res["pertag"]
-	if float64(dd.bytes)/float64(dd.metrics) >= float64(pt.bytes)/float64(pt.metrics) {
-		t.Errorf("a DDATA metric costs more than a per-tag JSON message")
-	}
+	t.Logf("%d samples made, %d polls in %v", s1-s0, p1-p0, time.Since(t0).Round(time.Millisecond))
+	return res, int(s1 - s0), int(p1-p0) * (strings.Count(tags, "name =")), secs
 }
 
 // `edgegw demo -sparkplug` prints the topic and the mosquitto_sub line of

@@ -183,6 +183,11 @@ type Tag struct {
 	Min, Max       *float64
 	Profile        string // the profile the tag came from, "" for a device's own tag
 	Line           int    // line of the tag entry
+
+	// Poll rate and report by exception.
+	Interval        time.Duration // polled every Interval, a multiple of its device's; 0 = the device's
+	DeadbandPercent float64       // >= 0: a good value kept only when it moved more than this % of |last kept|
+	MaxSilence      time.Duration // >= 0: an unchanged good value kept at least this often; 0 = off
 }
 
 // Words is the number of 16-bit registers the tag occupies: 1, 2 or 4, 1

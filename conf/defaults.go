@@ -77,6 +77,9 @@ import "time"
 //	tag scale                        1                            != 0, not on bool
 //	tag offset                       0                            not on bool
 //	tag deadband                     0                            >= 0, not on bool
+//	tag deadband_percent             0                            >= 0, not on bool: kept when moved more than this % of |last kept| (at 0: any change)
+//	tag max_silence                  "0s" (off)                   >= 0, with deadband or deadband_percent: an unchanged good value kept at least this often
+//	tag interval                     the device's interval        a multiple of it; some tag of the device at it; at most 8 rates a device
 //	tag writable                     false                        holding and coil only; not 8-bit types or string
 //	tag min, max                     none                         min <= max
 //	[upstream] ts_unit               "us"                         us | ms: ts in every upstream payload
@@ -126,6 +129,7 @@ const (
 	DefaultMaxGap         = 8
 	DefaultMaxRegisters   = 125
 	LimitMaxRegisters     = 125 // Modbus: registers per read
+	LimitRates            = 8   // distinct tag intervals of one device (edge.MaxRates)
 	DefaultMaxBits        = 2000
 	LimitMaxBits          = 2000 // Modbus: coils per read
 	DefaultUDPListen      = ":0"

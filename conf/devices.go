@@ -3,6 +3,7 @@ package conf
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"edgegw/tagtype"
 )
@@ -117,7 +118,7 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 	}
 
 	if isString {
-		for _, k := range []string{"scale", "offset", "deadband", "writable", "min", "max"} {
+		for _, k := range []string{"scale", "offset", "deadband", "deadband_percent", "max_silence", "writable", "min", "max"} {
 			if t.has(k) {
 				t.get(k)
 				t.errf(k, "%s does not apply to a string tag", k)
@@ -177,16 +178,27 @@ func (d *decoder) tag(t *table, at where, profile string) (Tag, bool) {
 		}
 		tag.Offset = o
 	}
-	if db, ok := t.float("deadband"); ok {
+	band := func(key string) float64 { // deadband, deadband_percent: >= 0, not on bool
+		v, ok := t.float(key)
 		switch {
+		case !ok:
 		case isBool:
-			t.errf("deadband", "deadband does not apply to bool")
-		case db < 0:
-			t.errf("deadband", "deadband %g < 0", db)
+			t.errf(key, "%s does not apply to bool", key)
+		case v < 0:
+			t.errf(key, "%s %g < 0", key, v)
 		default:
-			tag.Deadband = db
+			return v
+		}
+		return 0
+	}
+	tag.Deadband, tag.DeadbandPercent = band("deadband"), band("deadband_percent")
+	if t.has("max_silence") {
+		tag.MaxSilence = t.positive("max_silence", 0, true)
+		if tag.MaxSilence > 0 && tag.Deadband == 0 && tag.DeadbandPercent == 0 && !isString {
+			t.errf("max_silence", "max_silence applies with a deadband or deadband_percent (without one every poll is kept)")
 		}
 	}
+	tag.Interval = t.positive("interval", 0, false)
 	tag.Unit, _ = t.str("unit")
 	tag.Writable = t.boolean("writable", false)
 	switch {
@@ -419,9 +431,39 @@ func (d *decoder) device(t *table, profiles map[string]*Profile, poll Poll) (Dev
 		}
 	}
 	d.checkTagSet(t, dev.Tags, valid, func(a, b Tag) bool { return a.Profile == "" || b.Profile == "" })
+	if len(d.errs) == timingBefore {
+		d.checkRates(t, &dev)
+	}
 	t.done()
 	ok.endpoint = addrOK && unitOK
 	return dev, ok
+}
+
+// checkRates refuses a tag interval that is not a multiple of its device's,
+// a device none of whose tags is polled at its own interval, and more rates
+// than edge keeps apart.
+func (d *decoder) checkRates(t *table, dev *Device) {
+	rates := map[time.Duration]bool{}
+	base := false
+	for _, tag := range dev.Tags {
+		iv := tag.Interval
+		if iv == 0 || iv == dev.Interval {
+			base = true
+			continue
+		}
+		if iv < dev.Interval || iv%dev.Interval != 0 {
+			d.errs = append(d.errs, &Error{File: d.file, Line: tag.Line, Device: dev.Name, Tag: tag.Name,
+				Msg: fmt.Sprintf("interval %v is not a multiple of the device's interval %v", iv, dev.Interval)})
+			continue
+		}
+		rates[iv] = true
+	}
+	switch {
+	case len(dev.Tags) > 0 && !base:
+		t.errf("interval", "no tag is polled at the device's interval %v: set it to the fastest tag's", dev.Interval)
+	case len(rates)+1 > LimitRates:
+		t.errf("interval", "%d poll rates among the tags, more than %d", len(rates)+1, LimitRates)
+	}
 }
 
 func (d *decoder) serial(t *table) Serial {

@@ -169,6 +169,7 @@ func (b *bus) reopen(d *device, sink Sink) bool {
 		return false
 	}
 	d.markDown(err)
+	d.mask = d.due()
 	for i := range d.quality {
 		d.quality[i] = ringstore.Error
 	}

@@ -44,14 +44,18 @@ type device struct {
 	slot   connSlot      // the connection it goes over (set while its bus is stopped)
 	port   string        // key of the port it is attached to ("" when not); under runState.mu
 
-	planMu  sync.Mutex // guards reads, maxRegs, maxBits, maxGap (Plan may be called from anywhere)
-	reads   []Read
+	planMu  sync.Mutex // guards plans, maxRegs, maxBits, maxGap (Plan may be called from anywhere)
+	rates   rates      // the tags' poll rates (fixed)
+	plans   [][]Read   // the reads of each set of due rates, by mask>>1 (rates.plan)
 	maxRegs int
 	maxBits int
 	maxGap  int
 
 	// bus-goroutine state
 	next      time.Time // start of the next scheduled window
+	origin    time.Time // start of the first window: window n starts at origin + n*interval
+	lastWin   []int64   // per rate: its last window polled (-1: none)
+	mask      uint8     // the rates due in the poll in progress
 	deadPolls int       // consecutive polls without any answer
 	backoff   time.Duration
 	values    []float64
@@ -115,19 +119,54 @@ func newDevice(dc DeviceConfig, log *slog.Logger) (*device, error) {
 	}
 	d.info = stats.Info{Name: dc.Name, Transport: dc.Transport, Address: dc.Address, Unit: dc.Unit, Interval: dc.Interval}
 	for _, t := range dc.Tags {
-		d.info.Tags = append(d.info.Tags, stats.TagInfo{Name: t.Name, Unit: t.Unit, Writable: t.Writable, Deadband: t.Deadband})
+		ti := stats.TagInfo{Name: t.Name, Unit: t.Unit, Writable: t.Writable, Deadband: t.Deadband,
+			DeadbandPercent: t.DeadbandPercent, MaxSilenceMS: t.MaxSilence.Milliseconds()}
+		if t.Interval != 0 && t.Interval != dc.Interval {
+			ti.IntervalMS = t.Interval.Milliseconds()
+		}
+		d.info.Tags = append(d.info.Tags, ti)
 	}
-	d.reads = PlanReads(dc.Tags, d.maxGap, d.maxRegs, d.maxBits)
+	var err error
+	if d.rates, err = newRates(dc.Name, dc.Tags, dc.Interval); err != nil {
+		return nil, err
+	}
+	d.lastWin = make([]int64, len(d.rates.mult))
+	for g := range d.lastWin {
+		d.lastWin[g] = -1
+	}
+	d.plans = d.rates.plan(dc.Tags, d.maxGap, d.maxRegs, d.maxBits)
 	return d, nil
 }
 
-// currentPlan returns the plan. A plan is never changed in place (shrink
-// installs a new one, poll splices into a copy), so the slice is shared
-// without copying: one allocation less per poll.
-func (d *device) currentPlan() []Read {
+// currentPlan returns the plan of a poll at which every rate is due. A
+// plan is never changed in place (shrink installs new ones, poll splices
+// into a copy), so the slice is shared without copying: one allocation
+// less per poll.
+func (d *device) currentPlan() []Read { return d.planOf(1<<len(d.rates.mult) - 1) }
+
+// planOf returns the plan of a poll at which the rates in mask are due.
+func (d *device) planOf(mask uint8) []Read {
 	d.planMu.Lock()
 	defer d.planMu.Unlock()
-	return d.reads
+	return d.plans[mask>>1]
+}
+
+// due returns the rates due in d's current window (d.next) and marks
+// their windows polled: rate 0 always; a slower rate when the window of
+// its own that d.next is in has not been polled yet.
+func (d *device) due() uint8 {
+	if d.origin.IsZero() {
+		d.origin = d.next
+	}
+	n := int64(d.next.Sub(d.origin) / d.cfg.Interval)
+	mask := uint8(1)
+	for g := 1; g < len(d.rates.mult); g++ {
+		if w := n / d.rates.mult[g]; w != d.lastWin[g] {
+			d.lastWin[g] = w
+			mask |= 1 << g
+		}
+	}
+	return mask
 }
 
 // shrink reacts to exception 2 on a read of several tags: first stop filling
@@ -147,7 +186,7 @@ func (d *device) shrink(r Read) bool {
 	default:
 		d.maxRegs = max(1, int(r.Quantity)/2)
 	}
-	d.reads = PlanReads(d.cfg.Tags, d.maxGap, d.maxRegs, d.maxBits)
+	d.plans = d.rates.plan(d.cfg.Tags, d.maxGap, d.maxRegs, d.maxBits)
 	d.log.Warn("device refused a read (illegal data address): splitting reads",
 		"read", r.String(), "max_gap", d.maxGap, "max_registers", d.maxRegs, "max_bits", d.maxBits)
 	return true
@@ -236,10 +275,13 @@ func (p *pollState) read() Read { return p.reads[p.ri] }
 
 // beginPoll starts a poll that must end by windowEnd to be valid.
 func (d *device) beginPoll(windowEnd time.Time) {
+	d.mask = d.due()
 	for i := range d.quality {
-		d.quality[i] = ringstore.Error
+		if d.mask&(1<<d.rates.group[i]) != 0 { // a tag not due keeps its last poll's
+			d.quality[i] = ringstore.Error
+		}
 	}
-	d.ps = pollState{reads: d.currentPlan(), windowEnd: windowEnd, start: time.Now(), good: true}
+	d.ps = pollState{reads: d.planOf(d.mask), windowEnd: windowEnd, start: time.Now(), good: true}
 }
 
 // step takes the outcome of one request for the read in progress: the
@@ -361,7 +403,7 @@ func (d *device) currentPlanFor(tags []int) []Read {
 		want[t] = true
 	}
 	var out []Read
-	for _, r := range d.currentPlan() {
+	for _, r := range d.planOf(d.mask) {
 		for _, t := range r.Tags {
 			if want[t] {
 				out = append(out, r)
@@ -450,12 +492,15 @@ func scaled(t *Tag, raw float64) float64 {
 	return raw*t.Scale + t.Offset
 }
 
-// emit appends one sample per tag, leaving out good values that moved less
-// than their deadband since the last one sent.
+// emit appends one sample per tag due in this poll (d.mask), leaving out
+// the good values a tag's deadband drops (keep).
 func (d *device) emit(now time.Time, sink Sink) {
 	ts := now.UnixMicro()
 	d.batch = d.batch[:0]
 	for i := range d.cfg.Tags {
+		if d.mask&(1<<d.rates.group[i]) == 0 {
+			continue // not due: its rate's window was polled already
+		}
 		t := &d.cfg.Tags[i]
 		s := ringstore.Sample{Device: d.cfg.Name, Tag: t.Name, Value: d.values[i], Bool: t.Type == Bool, Quality: d.quality[i], TS: ts}
 		switch t.Type {
@@ -467,8 +512,7 @@ func (d *device) emit(now time.Time, sink Sink) {
 		if s.Quality != ringstore.Good {
 			s.Value, s.Text = 0, nil
 		}
-		if l := &d.last[i]; t.Deadband > 0 && l.TS != 0 && l.Quality == ringstore.Good && s.Quality == ringstore.Good &&
-			math.Abs(s.Value-l.Value) < t.Deadband {
+		if !keep(t, &d.last[i], &s) {
 			continue
 		}
 		d.last[i] = s
@@ -480,6 +524,31 @@ func (d *device) emit(now time.Time, sink Sink) {
 	if _, _, err := sink.Append(d.batch); err != nil {
 		d.log.Error("samples not stored", "err", err)
 	}
+}
+
+// keep reports whether s, the new sample of t, is kept, last being the
+// last sample of t kept (TS 0: none). Report by exception: a good value
+// after a good one is left out when it moved less than t.Deadband, or not
+// more than t.DeadbandPercent of |last| (at a last value of 0 every
+// change is kept), unless the last value kept is t.MaxSilence old or
+// older. Everything else is kept: the first sample, every sample that is
+// not good, and the first good one after it.
+func keep(t *Tag, last, s *ringstore.Sample) bool {
+	if last.TS == 0 || last.Quality != ringstore.Good || s.Quality != ringstore.Good ||
+		(t.Deadband <= 0 && t.DeadbandPercent <= 0) {
+		return true
+	}
+	if t.MaxSilence > 0 && s.TS-last.TS >= t.MaxSilence.Microseconds() {
+		return true
+	}
+	diff := math.Abs(s.Value - last.Value)
+	if t.Deadband > 0 && diff < t.Deadband {
+		return false
+	}
+	if t.DeadbandPercent > 0 && diff <= math.Abs(last.Value)*t.DeadbandPercent/100 {
+		return false
+	}
+	return true
 }
 
 // markDown records that d's transport could not be opened: logged at the

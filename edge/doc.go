@@ -2,7 +2,12 @@
 // plans, polls them on schedule over edge/modbus, decodes registers into
 // samples (every type tagtype names: the vocabulary is tagtype's, the
 // decoding this package's), appends each poll's samples to the ring, and
-// keeps per-device statistics (stats.Device).
+// keeps per-device statistics (stats.Device). A tag may have an interval of
+// its own, a multiple of its device's: each poll reads the tags due at it,
+// coalesced together (plan.go), and a slow tag is read once in each window
+// of its own interval, at the first poll inside it. Report by exception
+// (deadband, deadband_percent, max_silence: keep in device.go) is applied
+// here, when a poll's samples are made: a sample left out reaches no output.
 //
 // A device whose transport cannot be opened (a missing serial port, an
 // unresolvable host, no descriptor left) is down — stats.Device.Down, with

@@ -311,6 +311,24 @@ func (s *Scheduler) Plan() map[string][]Read {
 	return out
 }
 
+// RatePlans returns, per device with tags of more than one rate, the reads
+// of the polls at which each rate is due (with the faster rates due then).
+func (s *Scheduler) RatePlans() map[string][]RatePlan {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := map[string][]RatePlan{}
+	for _, d := range s.devices {
+		if len(d.rates.mult) < 2 {
+			continue
+		}
+		for _, m := range d.rates.mult {
+			reads := d.planOf(d.rates.tickMask(m))
+			out[d.cfg.Name] = append(out[d.cfg.Name], RatePlan{Every: time.Duration(m) * d.cfg.Interval, Reads: append([]Read(nil), reads...)})
+		}
+	}
+	return out
+}
+
 // Healthy returns an error when some bus has been inside one poll for
 // longer than limit (and at least 3 of its devices' intervals): its
 // goroutine is stuck. A dead device is healthy: its polls time out.

@@ -297,7 +297,10 @@ func TestZeroAllocsPerPoll(t *testing.T) {
 	for i := range 8 {
 		devs = append(devs, devCfg(fmt.Sprintf("u%d", i), TransportUDP, fastUDPLogger(t, fmt.Sprintf("127.0.1.%d", i+1)), time.Second, time.Second, thTags()))
 	}
-	devs = append(devs, devCfg("t", TransportTCP, fastTCPLogger(t), time.Second, time.Second, thTags()))
+	// The TCP device has a tag at two intervals, over both registers: every
+	// other poll decodes it too (the same read: the logger answers 0+2 only).
+	rated := append(thTags(), Tag{Name: "raw", Register: Holding, Address: 0, Type: Uint32, Interval: 2 * time.Second})
+	devs = append(devs, devCfg("t", TransportTCP, fastTCPLogger(t), time.Second, time.Second, rated))
 	s, err := New(Config{Sink: ring, Devices: devs, UDPListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -357,10 +360,15 @@ func TestZeroAllocsPerPoll(t *testing.T) {
 		}
 	}
 	td := tb.devices[0]
+	k := 0
 	tcpPoll := func() {
-		td.next = time.Now()
+		td.next = time.Now().Add(time.Duration(k) * td.cfg.Interval) // window k: both tags, then temperature alone
+		k++
 		tb.pollOne(td, ring)
 		check(td)
+		if raw := td.values[2]; raw != 1<<16|2 {
+			t.Fatalf("raw: %v", raw)
+		}
 	}
 	for _, c := range []struct {
 		name string

@@ -193,6 +193,14 @@ type TagInfo struct {
 	Unit     string  `json:"unit,omitempty"`
 	Writable bool    `json:"writable,omitempty"`
 	Deadband float64 `json:"deadband,omitempty"` // the page's sparkline spans at least this
+	// IntervalMS: the tag's own poll interval when it has one (a multiple of
+	// its device's), in ms; 0: the device's.
+	IntervalMS int64 `json:"interval_ms,omitempty"`
+	// DeadbandPercent, MaxSilenceMS: the tag's report by exception (a
+	// value kept only when it moved more than this % of the last one kept,
+	// and at least every MaxSilenceMS); 0: none.
+	DeadbandPercent float64 `json:"deadband_percent,omitempty"`
+	MaxSilenceMS    int64   `json:"max_silence_ms,omitempty"`
 }
 
 // UnitIndex is a lookup of tag units among n devices sorted by name, the
