@@ -26,8 +26,9 @@ import (
 //	'10'    + 7 bits    dod in [-64, 63]
 //	'110'   + 10 bits   dod in [-512, 511]
 //	'1110'  + 13 bits   dod in [-4096, 4095]
-//	'11110' + 20 bits   dod in [-524288, 524287]
-//	'11111' + 64 bits   any other
+//	'11110' + 16 bits   dod in [-32768, 32767]
+//	'111110' + 24 bits  dod in [-8388608, 8388607]
+//	'111111' + 64 bits  any other
 //
 // then the value and the quality:
 //
@@ -119,7 +120,7 @@ func (r *bitr) read(n uint) (uint64, error) {
 }
 
 // the dod classes after the '0': prefix ones, then value bits.
-var dodBits = [...]uint{7, 10, 13, 20}
+var dodBits = [...]uint{7, 10, 13, 16, 24}
 
 // enc is the state of the chunk being appended (and of a decoder).
 type enc struct {
@@ -166,7 +167,7 @@ func (e *enc) appendPoint(w *bitw, ts int64, v float64, q ringstore.Quality) {
 			}
 		}
 		if !done {
-			w.write(0x1f, 5)
+			w.write(1<<(len(dodBits)+1)-1, uint(len(dodBits)+1))
 			w.write(uint64(dod), 64)
 		}
 	}
@@ -244,7 +245,7 @@ func (dc *dec) next() (ts int64, v float64, q ringstore.Quality, ok bool, err er
 	}
 	var dod int64
 	ones := 0
-	for ones < 5 {
+	for ones <= len(dodBits) {
 		b, err := r.bit()
 		if err != nil {
 			return 0, 0, 0, false, err
@@ -256,7 +257,7 @@ func (dc *dec) next() (ts int64, v float64, q ringstore.Quality, ok bool, err er
 	}
 	switch {
 	case ones == 0:
-	case ones == 5:
+	case ones > len(dodBits):
 		u, err := r.read(64)
 		if err != nil {
 			return 0, 0, 0, false, err

@@ -79,8 +79,8 @@ func TestChunkBytes(t *testing.T) {
 	}
 	// Bool form: a run costs the times and one bit a point.
 	bp := []point{{0, 0, ringstore.Good}, {1_000_000, 0, ringstore.Good}, {2_000_000, math.Float64bits(1), ringstore.Good}, {3_000_000, math.Float64bits(1), ringstore.Good}}
-	// p1: escape '11111' + 64-bit dod 1e6, '0'; p2: '0', '1' '0' '1'; p3: '0' '0'
-	want := append(make([]byte, 17), 0xf8, 0x00, 0x00, 0x00, 0x00, 0x00, 0x7a, 0x12, 0x01, 0x40)
+	// p1: '111110' + 24-bit dod 1e6, '0'; p2: '0', '1' '0' '1'; p3: '0' '0'
+	want := append(make([]byte, 17), 0xf8, 0x3d, 0x09, 0x00, 0xa0)
 	got = encodeAll(bp, true)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("bool chunk\n% x\nwant\n% x", got, want)

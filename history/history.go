@@ -19,9 +19,9 @@ import (
 const (
 	DefaultRawWindow = 10 * time.Minute
 	// DefaultMaxRAM bounds the raw window's encoded chunks of every tag
-	// together: at the ~2 bytes a point measured on the simulated loggers
-	// (docs/BENCHMARKS.md) it holds the whole 10 minutes of ~3,000 points a
-	// second (1,500 tags at 500 ms); 48 loggers × 2 tags at 1 s need 4% of it.
+	// together: at the 2.3 to 3.3 bytes a point measured on simulated and
+	// recorded loggers (docs/BENCHMARKS.md) it holds the whole 10 minutes of
+	// 2,100 to 3,000 points a second; 48 loggers × 2 tags at 1 s use 4% of it.
 	// Beyond it the oldest chunks go first, counted (Counters.RawEvicted).
 	DefaultMaxRAM     = 4 << 20
 	DefaultStep       = time.Minute

@@ -9,13 +9,13 @@ import (
 
 // chunk is a sealed run of raw points (see chunk.go for the layout).
 type chunk struct {
-	b            []byte // exactly the encoded bytes
-	n            uint16
-	boolForm     bool
-	dead         bool  // dropped (window or budget): the budget queue skips it
-	first, last  int64 // times of the first and the last point
-	minTS, maxTS int64
-	owner        *series
+	b        []byte // the encoded bytes (capacity within 1/16 of them)
+	n        uint16
+	boolForm bool
+	dead     bool  // dropped (window or budget): the budget queue skips it
+	last     int64 // the last point's time
+	maxTS    int64 // the latest time in the chunk
+	owner    *series
 }
 
 // chunkOverhead is what a sealed chunk costs besides its bytes: the struct,
@@ -31,9 +31,9 @@ type raw struct {
 	head        bitw
 	enc         enc
 	hfirst      int64 // the head's first point's time
-	hmin, hmax  int64
-	n           int // points held (sealed and head)
-	maxPoints   int // 0: no per-tag bound
+	hmax        int64 // the head's latest time
+	n           int   // points held (sealed and head)
+	maxPoints   int   // 0: no per-tag bound
 	spanUS      int64
 	headCap     int64 // cap(head.b) as last counted in the store's bytes
 	from, first int64 // as before: complete from `from`; from == first while nothing was dropped
@@ -64,10 +64,10 @@ func (s *Store) rawAdd(sr *series, ts int64, v float64, q ringstore.Quality, kee
 	}
 	if r.enc.n == 0 {
 		r.enc = enc{boolForm: sr.isBool && fitsBool(v)}
-		r.hfirst, r.hmin, r.hmax = ts, ts, ts
+		r.hfirst, r.hmax = ts, ts
 	}
 	r.enc.appendPoint(&r.head, ts, v, q)
-	r.hmin, r.hmax = min(r.hmin, ts), max(r.hmax, ts)
+	r.hmax = max(r.hmax, ts)
 	r.n++
 	if c := int64(cap(r.head.b)); c != r.headCap {
 		s.rawBytes += c - r.headCap
@@ -91,19 +91,24 @@ func (r *raw) chunkPoints() int {
 	return chunkMaxPoints
 }
 
-// seal moves the head into an exact-size sealed chunk and queues it for the
-// budget; the head keeps its buffer for the next chunk.
+// seal moves the head into a sealed chunk and queues it for the budget. The
+// chunk takes the head's buffer when it is nearly full (else a copy of the
+// exact size); the next head starts with room for a chunk like this one.
 func (s *Store) seal(sr *series) {
 	r := &sr.raw
-	c := &chunk{b: slices.Clone(r.head.b), n: uint16(r.enc.n), boolForm: r.enc.boolForm,
-		first: r.hfirst, last: r.enc.t, minTS: r.hmin, maxTS: r.hmax, owner: sr}
-	if len(c.b) == 0 {
-		c.b = nil
+	b := r.head.b
+	if cap(b)-len(b) > len(b)/16 {
+		b = slices.Clone(b)
+		if cap(b) > len(b) {
+			b = b[:len(b):len(b)]
+		}
 	}
+	c := &chunk{b: b, n: uint16(r.enc.n), boolForm: r.enc.boolForm, last: r.enc.t, maxTS: r.hmax, owner: sr}
 	r.sealed = append(r.sealed, c)
-	s.rawBytes += c.size()
 	s.budget = append(s.budget, budgetEntry{c})
-	r.head.b, r.head.nbits = r.head.b[:0], 0
+	s.rawBytes += c.size() - r.headCap
+	r.head.b, r.head.nbits, r.headCap = make([]byte, 0, len(b)+len(b)/32+1), 0, int64(len(b)+len(b)/32+1)
+	s.rawBytes += r.headCap
 	r.enc = enc{}
 }
 
