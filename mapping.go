@@ -130,7 +130,7 @@ func ringSize(c *conf.Config) (int, time.Duration) {
 // historyConfig maps the config onto history's Config.
 func historyConfig(c *conf.Config, devices func() []stats.Entry, log *slog.Logger) history.Config {
 	hc := history.Config{Devices: devices, Logger: log,
-		RawWindow: c.History.RawWindow, FineKeep: c.History.FineKeep, Keep: c.History.Keep}
+		RawWindow: c.History.RawWindow, FineKeep: c.History.FineKeep, Keep: c.History.Keep, MaxRAM: c.History.MaxRAM}
 	if c.Gateway.DataDir != "" {
 		hc.Dir = filepath.Join(c.Gateway.DataDir, "history")
 	}

@@ -174,7 +174,7 @@ tags = [ { name = "c", register = "coil", address = 0 } ]
 			TSUnit:    "us",
 		},
 		Buffer:  Buffer{MaxBytes: 64 << 20, Fsync: "batched", FsyncInterval: time.Second},
-		History: History{RawWindow: 10 * time.Minute, FineKeep: 6 * time.Hour, Keep: 7 * 24 * time.Hour},
+		History: History{RawWindow: 10 * time.Minute, FineKeep: 6 * time.Hour, Keep: 7 * 24 * time.Hour, MaxRAM: 4 << 20},
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)

@@ -278,6 +278,7 @@ type History struct {
 	RawWindow time.Duration // raw samples kept per tag
 	FineKeep  time.Duration // 1-minute buckets kept in RAM
 	Keep      time.Duration // 10-minute buckets in RAM, 1-minute ones in data_dir
+	MaxRAM    int64         // bytes of the raw window's compressed chunks, every tag together
 }
 
 type Buffer struct {

@@ -106,7 +106,8 @@ import "time"
 //	[buffer] max_bytes               "64MiB"                      > 0; "512KiB", "64MiB", "1GB" or an integer
 //	[buffer] fsync                   "batched"                    batched | always | never
 //	[buffer] fsync_interval          "1s"                         > 0
-//	[history] raw_window             "10m" (≤ 1200 samples a tag)  > 0
+//	[history] raw_window             "10m" (within max_ram)         > 0
+//	[history] max_ram                "4MiB" (raw chunks, all tags)  > 0; oldest chunks go first beyond it
 //	[history] fine_keep              "6h" (1-minute buckets, RAM)  >= 1m
 //	[history] keep                   "168h" (10-minute in RAM, 1-minute in data_dir)  >= 10m
 //
@@ -176,6 +177,7 @@ const (
 	DefaultHistoryRawWindow = 10 * time.Minute
 	DefaultHistoryFineKeep  = 6 * time.Hour
 	DefaultHistoryKeep      = 7 * 24 * time.Hour
+	DefaultHistoryMaxRAM    = 4 << 20
 )
 
 // MaxLimitRate bounds every [http.limits] rate, burst and count.

@@ -197,6 +197,7 @@ var errorCases = []struct {
 	{"ring too big", "[ring]\nsize = 100000000 #!\n", []string{`ring.size 100000000 outside 1..10000000`}},
 	{"history keep below a bucket", "[history]\nkeep = \"5m\" #!\n", []string{`history.keep 5m0s: must be at least one bucket (10m)`}},
 	{"history raw window zero", "[history]\nraw_window = \"0s\" #!\n", []string{`history.raw_window 0s: must be > 0`}},
+	{"history max_ram zero", "[history]\nmax_ram = 0 #!\n", []string{`history.max_ram 0: must be > 0`}},
 	{"non-finite scale", dev + "tags = [ { name = \"t\", address = 0, scale = nan } ] #!\n", []string{`device "d": tag "t": scale: NaN is not a finite number`}},
 
 	// Several at once, reported in line order.

@@ -211,6 +211,7 @@ func (d *decoder) history(t *table, h *History) {
 	h.RawWindow = t.positive("raw_window", DefaultHistoryRawWindow, false)
 	h.FineKeep = t.positive("fine_keep", DefaultHistoryFineKeep, false)
 	h.Keep = t.positive("keep", DefaultHistoryKeep, false)
+	h.MaxRAM = t.size("max_ram", DefaultHistoryMaxRAM)
 	if h.FineKeep < time.Minute {
 		t.errf("fine_keep", "%s %v: must be at least one bucket (1m)", t.name("fine_keep"), h.FineKeep)
 	}

@@ -1,5 +1,8 @@
 // Package history owns the gateway's own memory of the past: per tag, the raw
-// samples of a recent window and downsampled buckets (min, max, mean, last,
+// samples of a recent window, compressed in chunks (delta-of-delta times,
+// XOR'd float values, a bool form, quality changes; chunk.go has the layout)
+// within one RAM budget for every tag (Config.MaxRAM: the oldest chunks go
+// first, counted), and downsampled buckets (min, max, mean, last,
 // good and bad polls) in two tiers, per device its health over time (valid
 // rate, RTT), and, with a directory, the closed fine buckets on disk so that a
 // restart keeps them.
@@ -10,7 +13,8 @@
 // and internal/backoff (the throttle of its write-error line) only.
 //
 // Concurrency: Store is safe for concurrent use; one mutex guards every series
-// and Add does no I/O under it (it runs in the poll path). Run is the one
+// and Add does no I/O under it (it runs in the poll path); a query decodes
+// the raw chunks one at a time into its answer, under the same mutex. Run is the one
 // goroutine: at each bucket boundary it closes open buckets, samples the
 // device records and writes the closed buckets of that step in one batch.
 // Open does the disk reading before any goroutine exists.

@@ -17,13 +17,18 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultRawWindow    = 10 * time.Minute
-	DefaultRawMaxPoints = 1200 // per tag: 10 minutes at 500 ms; faster tags keep a shorter raw window
-	DefaultStep         = time.Minute
-	DefaultFineKeep     = 6 * time.Hour
-	DefaultCoarseStep   = 10 * time.Minute
-	DefaultKeep         = 7 * 24 * time.Hour
-	DefaultMaxPoints    = 2000
+	DefaultRawWindow = 10 * time.Minute
+	// DefaultMaxRAM bounds the raw window's encoded chunks of every tag
+	// together: at the 2.3 to 3.3 bytes a point measured on simulated and
+	// recorded loggers (docs/BENCHMARKS.md) it holds the whole 10 minutes of
+	// 2,100 to 3,000 points a second; 48 loggers × 2 tags at 1 s use 4% of it.
+	// Beyond it the oldest chunks go first, counted (Counters.RawEvicted).
+	DefaultMaxRAM     = 4 << 20
+	DefaultStep       = time.Minute
+	DefaultFineKeep   = 6 * time.Hour
+	DefaultCoarseStep = 10 * time.Minute
+	DefaultKeep       = 7 * 24 * time.Hour
+	DefaultMaxPoints  = 2000
 )
 
 // Config is the store's configuration; its zero value means "defaults".
@@ -31,7 +36,8 @@ type Config struct {
 	Dir string // "" = RAM only; else closed fine buckets are kept in Dir (created)
 
 	RawWindow    time.Duration // 10 min of raw samples per tag
-	RawMaxPoints int           // 1200 raw samples per tag at most
+	RawMaxPoints int           // 0: no bound per tag (MaxRAM bounds them all); > 0: at most about this many per tag (whole chunks drop)
+	MaxRAM       int64         // 4 MiB: bytes of raw chunks of every tag together
 	Step         time.Duration // 1 min: the fine buckets
 	FineKeep     time.Duration // 6 h of fine buckets in RAM (Dir keeps them for Keep)
 	CoarseStep   time.Duration // 10 min: the coarse buckets, merged from the fine ones; a multiple of Step
@@ -56,8 +62,11 @@ func (c *Config) fill() error {
 	def(&c.FineKeep, DefaultFineKeep)
 	def(&c.CoarseStep, DefaultCoarseStep)
 	def(&c.Keep, DefaultKeep)
-	if c.RawMaxPoints <= 0 {
-		c.RawMaxPoints = DefaultRawMaxPoints
+	if c.RawMaxPoints < 0 {
+		c.RawMaxPoints = 0
+	}
+	if c.MaxRAM <= 0 {
+		c.MaxRAM = DefaultMaxRAM
 	}
 	if c.MaxPoints <= 0 {
 		c.MaxPoints = DefaultMaxPoints
@@ -115,8 +124,15 @@ type Store struct {
 	devices map[string]*device
 	pending []record // closed fine buckets not yet written
 
-	added, late, dropped atomic.Uint64
-	written, writeErrs   atomic.Uint64
+	rawBytes   int64         // encoded raw chunks with their overhead (heads included)
+	budget     []budgetEntry // sealed chunks in the order they were sealed: MaxRAM evicts from budget[bhead]
+	bhead      int
+	budgetDead int // entries of budget[bhead:] whose chunk the window dropped
+
+	added, late, dropped   atomic.Uint64
+	evicted, evictedPoints atomic.Uint64
+	corrupt                atomic.Uint64 // raw chunks that did not decode (a bug if ever > 0)
+	written, writeErrs     atomic.Uint64
 
 	emu       sync.Mutex // guards the write health
 	failing   error      // the last write's error; nil once one succeeds
@@ -162,7 +178,7 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) newSeries(k key) *series {
-	return &series{key: k, raw: raw{max: s.cfg.RawMaxPoints}, fine: newTier[cell](s.nFine),
+	return &series{key: k, raw: raw{maxPoints: s.cfg.RawMaxPoints, spanUS: max(1, s.rawWindowUS/4)}, fine: newTier[cell](s.nFine),
 		coarse: newTier[cell](s.nCrs), open: newAcc(), copen: newAcc()}
 }
 
@@ -195,7 +211,7 @@ func (s *Store) Add(batch []ringstore.Sample) {
 		if idx == sr.open.idx {
 			sr.open.add(smp.Value, smp.Quality == ringstore.Good)
 		}
-		sr.raw.add(smp.TS, smp.Value, smp.Quality, smp.TS-s.rawWindowUS)
+		s.rawAdd(sr, smp.TS, smp.Value, smp.Quality, smp.TS-s.rawWindowUS)
 	}
 }
 
@@ -405,22 +421,27 @@ func (s *Store) Run(ctx context.Context) error {
 
 // Counters is a copy of the store's counters.
 type Counters struct {
-	Samples      uint64 // samples added
-	Late         uint64 // samples whose bucket had closed (kept in the raw window only)
-	Dropped      uint64 // closed buckets not written: the disk failed or fell behind
-	BytesWritten uint64 // bytes written to Dir since start
-	WriteErrors  uint64
-	Series       int
-	Devices      int
+	Samples          uint64 // samples added
+	Late             uint64 // samples whose bucket had closed (kept in the raw window only)
+	Dropped          uint64 // closed buckets not written: the disk failed or fell behind
+	BytesWritten     uint64 // bytes written to Dir since start
+	WriteErrors      uint64
+	Series           int
+	Devices          int
+	RawBytes         int64  // RAM of the raw window's chunks (bounded by Config.MaxRAM)
+	RawEvicted       uint64 // chunks dropped before their time for MaxRAM
+	RawEvictedPoints uint64
+	RawCorrupt       uint64 // raw chunks a query could not decode (0 unless there is a bug)
 }
 
 // Counters copies the counters.
 func (s *Store) Counters() Counters {
 	s.mu.Lock()
-	n, d := len(s.series), len(s.devices)
+	n, d, rb := len(s.series), len(s.devices), s.rawBytes
 	s.mu.Unlock()
 	return Counters{Samples: s.added.Load(), Late: s.late.Load(), Dropped: s.dropped.Load(),
-		BytesWritten: s.written.Load(), WriteErrors: s.writeErrs.Load(), Series: n, Devices: d}
+		BytesWritten: s.written.Load(), WriteErrors: s.writeErrs.Load(), Series: n, Devices: d,
+		RawBytes: rb, RawEvicted: s.evicted.Load(), RawEvictedPoints: s.evictedPoints.Load(), RawCorrupt: s.corrupt.Load()}
 }
 
 // Errors of Query and Health; web turns them into 400s.

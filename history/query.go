@@ -40,8 +40,8 @@ func (p *Points) Len() int { return len(p.TS) }
 // MaxPoints is the most points one query returns.
 func (s *Store) MaxPoints() int { return s.cfg.MaxPoints }
 
-// RawWindow is how far back raw samples are kept (per tag, at most
-// RawMaxPoints of them).
+// RawWindow is how far back raw samples are kept (per tag, within MaxRAM
+// for every tag together).
 func (s *Store) RawWindow() time.Duration { return s.cfg.RawWindow }
 
 // Query returns the history of one tag between from and to (Unix µs,
@@ -235,34 +235,33 @@ func (s *Store) plan(from, to int64, step time.Duration, newestFine int64) (plan
 }
 
 // rawPoints returns the raw samples in [from, to], or nil when there are
-// more than MaxPoints of them.
+// more than MaxPoints of them. It decodes one chunk at a time into the
+// answer: the points from the first at or after from up to the first after
+// to, in the order they came.
 func (s *Store) rawPoints(sr *series, from, to int64) *Points {
-	r := &sr.raw
-	lo := 0
-	for lo < r.n { // the ring is short (≤ RawMaxPoints); times only grow
-		if ts, _, _ := r.at(lo); ts >= from {
+	it := sr.raw.iter()
+	it.skipBefore(from)
+	p := &Points{Kind: "raw", From: from, To: to, Bool: sr.isBool}
+	found := false
+	for {
+		ts, v, q, ok := it.next()
+		if !ok || (found || ts >= from) && ts > to {
 			break
 		}
-		lo++
-	}
-	hi := lo
-	for hi < r.n {
-		if ts, _, _ := r.at(hi); ts > to {
-			break
+		if !found && ts < from {
+			continue
 		}
-		hi++
-	}
-	if hi-lo > s.cfg.MaxPoints {
-		return nil
-	}
-	p := &Points{Kind: "raw", From: from, To: to, Bool: sr.isBool,
-		TS: make([]int64, 0, hi-lo), Value: make([]float64, 0, hi-lo), Quality: make([]ringstore.Quality, 0, hi-lo)}
-	for i := lo; i < hi; i++ {
-		ts, v, q := r.at(i)
+		found = true
+		if p.Len() == s.cfg.MaxPoints {
+			return nil
+		}
 		if q != ringstore.Good {
 			v = math.NaN()
 		}
 		p.TS, p.Value, p.Quality = append(p.TS, ts), append(p.Value, v), append(p.Quality, q)
+	}
+	if it.err != nil {
+		s.corrupt.Add(1)
 	}
 	return p
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/netip"
@@ -104,7 +105,32 @@ func (s *Server) slot(next http.HandlerFunc) http.HandlerFunc {
 			s.tooMany(w, r, time.Second, "too many open connections from "+ip.String()+" (at most "+strconv.Itoa(max)+")")
 			return
 		}
-		defer s.slots.put(ip)
-		next(w, r)
+		h := &slotHold{ip: ip}
+		defer func() {
+			if !h.kept {
+				s.slots.put(ip)
+			}
+		}()
+		next(w, r.WithContext(context.WithValue(r.Context(), slotKey{}, h)))
 	}
+}
+
+// slotHold is the slot a request runs with; kept: its handler took it over.
+type slotHold struct {
+	ip   netip.Addr
+	kept bool
+}
+
+type slotKey struct{}
+
+// keepSlot hands the request's slot to a handler that returns before its
+// connection ends (a WebSocket served by goroutines of its own): release
+// gives it back once the connection is over.
+func (s *Server) keepSlot(r *http.Request) (release func()) {
+	h, _ := r.Context().Value(slotKey{}).(*slotHold)
+	if h == nil {
+		return func() {}
+	}
+	h.kept = true
+	return func() { s.slots.put(h.ip) }
 }

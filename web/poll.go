@@ -28,10 +28,30 @@ type encodedSnapshot struct {
 	body []byte
 }
 
+// Pooled buffers start small (a long poll's reply is a few samples) and
+// grow on demand; one that grew past maxPooledBuf is left to the GC, so the
+// pools hold what the usual replies need, not the largest one ever written.
 var (
-	bufPool     = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
-	samplesPool = sync.Pool{New: func() any { s := make([]ringstore.Sample, 0, 256); return &s }}
+	bufPool     = sync.Pool{New: func() any { b := make([]byte, 0, 1<<10); return &b }}
+	samplesPool = sync.Pool{New: func() any { s := make([]ringstore.Sample, 0, 16); return &s }}
 )
+
+const (
+	maxPooledBuf     = 64 << 10
+	maxPooledSamples = 1024
+)
+
+func putBody(p *[]byte) {
+	if cap(*p) <= maxPooledBuf {
+		bufPool.Put(p)
+	}
+}
+
+func putSampleBuf(p *[]ringstore.Sample) {
+	if cap(*p) <= maxPooledSamples {
+		samplesPool.Put(p)
+	}
+}
 
 // shortBody returns the shortPolling body for the ring's current snapshot,
 // encoding it once per snapshot whatever the number of readers.
@@ -82,12 +102,19 @@ func (s *Server) handleLong(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.release(mLong)
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+	// A waiting client holds no buffer: the reply's is taken from the pool
+	// once there is something to write.
+	var bp *[]byte
+	defer func() {
+		if bp != nil {
+			putBody(bp)
+		}
+	}()
+	buf := func() []byte { bp = bufPool.Get().(*[]byte); return (*bp)[:0] }
 	// A reply with the full snapshot costs what a short poll costs: a token
 	// of the client's poll bucket (a 429 otherwise, nothing encoded).
 	snapshotOK := func() bool { return s.admit(w, r, classPoll) }
-	body, ok := s.longPollAdmit(r.Context(), after, (*bp)[:0], snapshotOK)
+	body, ok := s.longPollAdmit(r.Context(), after, buf, snapshotOK)
 	if !ok {
 		return // the client went away, or was refused the snapshot
 	}
@@ -100,12 +127,14 @@ func (s *Server) handleLong(w http.ResponseWriter, r *http.Request) {
 // sample newer than after, LongPollTimeout passes or the server shuts down.
 // ok is false when ctx ended first (nothing to write).
 func (s *Server) longPoll(ctx context.Context, after uint64, dst []byte) (_ []byte, ok bool) {
-	return s.longPollAdmit(ctx, after, dst, nil)
+	return s.longPollAdmit(ctx, after, func() []byte { return dst }, nil)
 }
 
 // longPollAdmit is longPoll that, before answering with the snapshot (a
-// reset), asks snapshotOK (nil: always); false ends it with ok false.
-func (s *Server) longPollAdmit(ctx context.Context, after uint64, dst []byte, snapshotOK func() bool) (_ []byte, ok bool) {
+// reset), asks snapshotOK (nil: always); false ends it with ok false. It
+// calls buf for the buffer to append the reply to only once it answers
+// (nothing is held while it waits; ok false: buf was not called).
+func (s *Server) longPollAdmit(ctx context.Context, after uint64, buf func() []byte, snapshotOK func() bool) (_ []byte, ok bool) {
 	var (
 		timeout <-chan time.Time
 		final   bool // timed out or shutting down: answer with whatever is there now
@@ -115,19 +144,19 @@ func (s *Server) longPollAdmit(ctx context.Context, after uint64, dst []byte, sn
 		res := s.cfg.Ring.Since(after, (*sp)[:0])
 		switch {
 		case res.Reset:
-			samplesPool.Put(sp)
+			putSampleBuf(sp)
 			if snapshotOK != nil && !snapshotOK() {
-				return dst, false
+				return nil, false
 			}
 			snap := s.cfg.Ring.Snapshot()
-			return append(wire.AppendLongPoll(dst, snap.Seq, snap.Epoch, true, snap.Latest), '\n'), true
+			return append(wire.AppendLongPoll(buf(), snap.Seq, snap.Epoch, true, snap.Latest), '\n'), true
 		case len(res.Samples) > 0 || final:
-			dst = append(wire.AppendLongPoll(dst, res.Seq, res.Epoch, false, res.Samples), '\n')
+			dst := append(wire.AppendLongPoll(buf(), res.Seq, res.Epoch, false, res.Samples), '\n')
 			*sp = res.Samples[:0]
-			samplesPool.Put(sp)
+			putSampleBuf(sp)
 			return dst, true
 		}
-		samplesPool.Put(sp)
+		putSampleBuf(sp)
 		if timeout == nil {
 			t := time.NewTimer(s.cfg.LongPollTimeout)
 			defer t.Stop()
@@ -140,7 +169,7 @@ func (s *Server) longPollAdmit(ctx context.Context, after uint64, dst []byte, sn
 		case <-s.shutdown:
 			final = true
 		case <-ctx.Done():
-			return dst, false
+			return nil, false
 		}
 	}
 }

@@ -330,7 +330,7 @@ func New(cfg Config) *Server {
 	s.hub.clients = make(map[*wsClient]struct{})
 	s.up = websocket.Upgrader{
 		HandshakeTimeout:  cfg.ReadHeaderTimeout,
-		ReadBufferSize:    1024,
+		ReadBufferSize:    wsReadBuffer, // clients send little: a resume, pongs, a close
 		WriteBufferSize:   4096,
 		WriteBufferPool:   &sync.Pool{}, // idle connections hold no write buffer
 		CheckOrigin:       s.checkOrigin,

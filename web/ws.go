@@ -40,7 +40,16 @@ import (
 // a client's queue holds only frames of the last WSQueue broadcasts. What a
 // writer encodes for its client alone lives in a pooled buffer for as long
 // as its write lasts, counted against WSQueueBudget: an idle client holds
-// no buffer, a slow one at most one message.
+// no buffer, a slow one at most one message. Gorilla's write buffer comes
+// from a pool for the length of a write; the read buffer is wsReadBuffer
+// (a client sends a resume now and then, pongs and a close). A connection
+// is served by its writer and its reader goroutine only (gorilla needs a
+// reader besides the writer); the HTTP handler returns after the handshake
+// with its request, response and bufio buffers.
+
+// wsReadBuffer is gorilla's read buffer per connection: a client message
+// longer than it (at most WSReadLimit) is read in several pieces.
+const wsReadBuffer = 256
 
 // frame is one hub batch, encoded once for every client. Immutable.
 // A gap frame (no samples) says the hub skipped ahead to last.
@@ -180,11 +189,23 @@ func newFrame(samples []ringstore.Sample) (*frame, error) {
 	return &frame{first: samples[0].Seq, last: last, samples: samples, pm: pm}, nil
 }
 
+// handleWS upgrades the connection and returns: the connection is served by
+// two goroutines of its own, its writer (serveWS) and its reader (wsRead),
+// as gorilla needs (a reader for the control frames, one writer). The HTTP
+// server's goroutine, with its request, response and buffered reader and
+// writer, is gone once the handshake is done (a connection that stays would
+// hold them, 8 KiB and more, for its lifetime). The client's method count,
+// its connection slot and wsWG are released by serveWS.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !s.acquire(w, mWS) {
 		return
 	}
-	defer s.release(mWS)
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			s.release(mWS)
+		}
+	}()
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -194,10 +215,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	}
 	s.wsWG.Add(1)
 	s.mu.Unlock()
-	defer s.wsWG.Done()
 
 	conn, err := s.up.Upgrade(w, r, nil)
 	if err != nil {
+		s.wsWG.Done()
 		s.log.Debug("web: websocket upgrade refused", "remote", r.RemoteAddr, "err", err)
 		return // Upgrade wrote the error reply (403 for a refused origin)
 	}
@@ -207,6 +228,18 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		resume: make(chan uint64, 1),
 		gone:   make(chan struct{}),
 	}
+	handedOff = true
+	go s.serveWS(c, r.RemoteAddr, s.keepSlot(r))
+}
+
+// serveWS is a WebSocket connection's writer goroutine, owned by the server
+// (wsWG): it starts the reader, writes until the connection ends, closes it,
+// waits for the reader and gives back what handleWS took.
+func (s *Server) serveWS(c *wsClient, remote string, releaseSlot func()) {
+	defer s.wsWG.Done()
+	defer s.release(mWS)
+	defer releaseSlot()
+	conn := c.conn
 	s.hub.add(c)
 	readerDone := make(chan struct{})
 	go func() {
@@ -223,7 +256,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	<-readerDone
 	if why, ok := slowReason(c, werr); ok {
 		s.wsDrops[why].Add(1)
-		s.dropLog.Log(s.log, "ws slow", "web: dropped a slow websocket client", "remote", r.RemoteAddr, "reason", dropNames[why])
+		s.dropLog.Log(s.log, "ws slow", "web: dropped a slow websocket client", "remote", remote, "reason", dropNames[why])
 	}
 }
 
