@@ -11,15 +11,15 @@ import (
 	"time"
 )
 
-// Flags registers the flags of `edgegw receive` before PostgreSQL and the
-// new ones; -postgres defaults to DATABASE_URL.
+// Flags registers the flags of `edgegw receive` before PostgreSQL, the
+// PostgreSQL ones and the MQTT ingest's; -postgres defaults to DATABASE_URL.
 func TestFlagsEveryFlag(t *testing.T) {
 	t.Setenv("DATABASE_URL", "postgres://u@h/db")
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	o := Flags(fs)
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	want := []string{"id", "listen", "log-format", "log-level", "out", "postgres", "state", "token-file"}
+	want := []string{"id", "listen", "log-format", "log-level", "mqtt", "mqtt-client-id", "mqtt-group", "mqtt-prefix", "mqtt-session", "out", "postgres", "state", "token-file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("flags %v, want %v", names, want)
 	}
