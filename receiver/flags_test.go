@@ -23,7 +23,7 @@ func TestFlagsEveryFlag(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Fatalf("flags %v, want %v", names, want)
 	}
-	if err := fs.Parse(nil); err != nil || o.Postgres != "postgres://u@h/db" || o.Listen != "127.0.0.1:9090" {
+	if err := fs.Parse(nil); err != nil || o.Postgres != "postgres://u@h/db" || o.Listen != fs.Lookup("listen").DefValue || o.LogFormat != "text" {
 		t.Fatalf("defaults: %+v %v", o, err)
 	}
 }
