@@ -410,5 +410,29 @@ tags = [
 		if s != want {
 			t.Errorf("%s: %q, want %q", name, s, want)
 		}
+		}
+	}
+}
+
+// urls and brokers: lists in order, url/broker the first of them; keys of
+// the failover and compression.
+func TestUpstreamLists(t *testing.T) {
+	text := devTags + `[upstream.websocket]
+urls = ["wss://a/ingest", "wss://b/ingest"]
+primary_retry = "30s"
+compression = false
+[upstream.mqtt]
+brokers = ["tcp://m1:1883", "ssl://m2:8883"]
+`
+	cfg, err := Parse("l.toml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, mq := cfg.Upstream.WebSocket, cfg.Upstream.MQTT
+	if len(ws.URLs) != 2 || ws.URLs[1] != "wss://b/ingest" || ws.URL != "wss://a/ingest" || ws.PrimaryRetry != 30*time.Second || ws.Compression {
+		t.Errorf("websocket %+v", ws)
+	}
+	if len(mq.Brokers) != 2 || mq.Brokers[1] != "ssl://m2:8883" || mq.Broker != "tcp://m1:1883" || mq.Mode != MQTTFallback {
+		t.Errorf("mqtt %+v", mq)
 	}
 }

@@ -1,6 +1,7 @@
 package push
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +106,37 @@ func TestWebSocketURLAndURLsRefused(t *testing.T) {
 	_, err = New(Config{GatewayID: gwID, Queue: g.q, MQTT: MQTTConfig{Broker: "tcp://a:1883", Brokers: []string{"tcp://b:1883"}}})
 	if err == nil || !strings.Contains(err.Error(), "both broker and brokers") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// permessage-deflate: negotiated with the reference receiver by default
+// (the connected line says compressed=true), not offered with
+// NoCompression (plain frames, every sample stored all the same).
+func TestWebSocketCompression(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		var out syncBuffer
+		r := receiver.New(receiver.Config{Out: &out, Logger: testLogger(t)})
+		addr, stopR := serveReceiver(t, r)
+		g := newGateway(t, "")
+		var lines logLines
+		w := wsConfig(addr.String(), "")
+		w.NoCompression = off
+		p, err := New(Config{GatewayID: gwID, WS: w, Queue: g.q, Logger: lines.logger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := g.ring.Seq() + 1
+		stop := runPusher(t, p)
+		prod := startProducer(g, 100)
+		prod.finished(30 * time.Second)
+		last := g.ring.Seq()
+		waitFor(t, 10*time.Second, "every sample stored", func() bool { return r.Stats().Samples == last-first+1 })
+		checkExactlyOnce(t, out.seqs(t, gwID), first, last)
+		stop()
+		stopR()
+		want := fmt.Sprintf("compressed=%v", !off)
+		if got := lines.with("push: websocket: connected", want); len(got) == 0 {
+			t.Fatalf("no connected line with %s:\n%s", want, strings.Join(lines.with("push: websocket"), "\n"))
+		}
 	}
 }

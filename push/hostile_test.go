@@ -27,6 +27,7 @@ type hostile struct {
 	mu      sync.Mutex
 	handAt  []time.Time // when each handshake was answered (server side)
 	batches int         // messages read
+	closed  bool        // the test's cleanup waits for the connections
 }
 
 // hostile behaviours: what a receiver does after the handshake.
@@ -87,9 +88,14 @@ func startHostile(t *testing.T, serve func(h *hostile, c *websocket.Conn)) (h *h
 			return
 		}
 		h.mu.Lock()
+		if h.closed { // the cleanup waits already: no Add after its Wait
+			h.mu.Unlock()
+			c.Close()
+			return
+		}
 		h.handAt = append(h.handAt, time.Now())
-		h.mu.Unlock()
 		conns.Add(1)
+		h.mu.Unlock()
 		defer conns.Done()
 		defer c.Close()
 		serve(h, c)
@@ -103,7 +109,13 @@ func startHostile(t *testing.T, serve func(h *hostile, c *websocket.Conn)) (h *h
 			testenv.Closed(t, served, 5*time.Second, "hostile receiver's Serve")
 		})
 	}
-	t.Cleanup(func() { stop(); testenv.Wait(t, 10*time.Second, "hostile receiver's connections", conns.Wait) })
+	t.Cleanup(func() {
+		stop()
+		h.mu.Lock()
+		h.closed = true
+		h.mu.Unlock()
+		testenv.Wait(t, 10*time.Second, "hostile receiver's connections", conns.Wait)
+	})
 	return h, stop
 }
 

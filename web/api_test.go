@@ -70,6 +70,10 @@ func TestHealthAndStatus(t *testing.T) {
 	up.Path.Store(stats.PathMQTT)
 	up.QueueSamples.Store(12)
 	up.OldestUnackUS.Store(time.Now().Add(-3 * time.Second).UnixMicro())
+	up.WSURLs.Store([]string{"wss://a/ingest", "wss://b/ingest"})
+	up.WSURL.Store("wss://b/ingest")
+	up.MQTTBrokers.Store([]string{"tcp://m1:1883", "tcp://m2:1883"})
+	up.MQTTBroker.Store("tcp://m2:1883")
 	ts := startServer(t, Config{GatewayID: "gw-test", Version: "1.2.3", Upstream: up})
 	_, last := appendBatch(t, ts.ring, "logger-01", 2, 1)
 
@@ -93,6 +97,9 @@ func TestHealthAndStatus(t *testing.T) {
 	if s.Gateway != "gw-test" || s.Version != "1.2.3" || s.Seq != last || s.Upstream.Path != "mqtt" ||
 		s.Upstream.QueueSamples != 12 || s.Upstream.OldestUnackAgeS < 2.5 {
 		t.Fatalf("status: %+v", s)
+	}
+	if u := s.Upstream; u.WSURL != "wss://b/ingest" || len(u.WSURLs) != 2 || u.MQTTBroker != "tcp://m2:1883" || len(u.MQTTBrokers) != 2 {
+		t.Fatalf("status urls and brokers: %+v", u)
 	}
 	// No upstream configured: path off.
 	ts2 := startServer(t, Config{})
