@@ -410,7 +410,6 @@ tags = [
 		if s != want {
 			t.Errorf("%s: %q, want %q", name, s, want)
 		}
-		}
 	}
 }
 
