@@ -9,6 +9,11 @@
 // 30 s); the rest of the gateway starts and polls regardless, at start-up
 // and at reload. No poll or write touches a connection that is not open.
 //
+// Outside a running Scheduler, PollOnce polls every device once through
+// the same transports and poll code (edgegw check -poll), and a ProbeBus
+// opens one device's transport for one-off reads and identification
+// (edgegw read and scan).
+//
 // It never serves clients, never talks upstream and never encodes JSON:
 // samples leave through the Sink interface only.
 //
