@@ -65,6 +65,8 @@ func main() {
 		err = cmdCheck(args, os.Stdout)
 	case "read":
 		err = cmdRead(args, os.Stdout)
+	case "scan":
+		err = cmdScan(args, os.Stdout)
 	case "hash-password":
 		err = cmdHashPassword(args)
 	case "version", "-version", "--version":
