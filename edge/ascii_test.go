@@ -12,7 +12,8 @@ import (
 
 // The scheduler polls Modbus ASCII devices, on a serial line (a pty pair,
 // pymodbus's ASCII framer on the other end) and over TCP, through the
-// same buses as RTU: the values are pymodbus's (holding a = 1000+a).
+// same buses as RTU: the values are pymodbus's (holding a = 1000+a), and
+// no reply is dropped as malformed.
 func TestASCIIDevicesPymodbus(t *testing.T) {
 	a, b := testenv.PTYPair(t)
 	testenv.PymodbusSerial(t, testenv.SerialSlave{Framer: "ascii", TTY: b, Units: []uint8{3}})
@@ -30,13 +31,24 @@ func TestASCIIDevicesPymodbus(t *testing.T) {
 	}
 	stop := runSched(t, s)
 	defer stop()
-	waitFor(t, 30*time.Second, "both ASCII devices polled good 5 times", func() bool {
-		return s.devices[0].stats.GoodPolls.Load() >= 5 && s.devices[1].stats.GoodPolls.Load() >= 5
+	waitFor(t, 30*time.Second, "5 answers from each ASCII device", func() bool {
+		return s.devices[0].stats.Responses.Load() >= 5 && s.devices[1].stats.Responses.Load() >= 5
 	})
 	stop()
-	for _, name := range []string{"ascii-serial", "ascii-tcp"} {
-		if smp := latest(ring, name)["r10"]; smp.Quality != ringstore.Good || smp.Value != 1010 {
-			t.Errorf("%s: %+v", name, smp)
+	// Every answer decodes to pymodbus's value (a poll that ends late is
+	// not a wrong value; a loaded machine may make one).
+	good := map[string]int{}
+	for _, smp := range ring.Since(0, nil).Samples {
+		if smp.Quality == ringstore.Good {
+			if smp.Value != 1010 {
+				t.Errorf("%s: %+v", smp.Device, smp)
+			}
+			good[smp.Device]++
+		}
+	}
+	for _, d := range s.devices {
+		if sn := d.stats.Snapshot(); good[d.cfg.Name] < 5 || sn.Dropped != 0 {
+			t.Errorf("%s: %d good samples, %+v", d.cfg.Name, good[d.cfg.Name], sn)
 		}
 	}
 }
