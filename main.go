@@ -23,7 +23,7 @@ var (
 	date    = "unknown"
 )
 
-const usage = `edgegw: a Modbus edge gateway (TCP, UDP, RTU) with local delivery and lossless upstream
+const usage = `edgegw: a Modbus edge gateway (TCP, UDP, RTU, ASCII) with local delivery and lossless upstream
 
 usage:
   edgegw run     -config FILE              the gateway
