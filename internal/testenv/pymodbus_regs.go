@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // pymodbusRegs is a pymodbus TCP slave whose holding and input registers
@@ -52,8 +53,26 @@ func PymodbusRegisters(t testing.TB, regs []uint16) (tcpPort int) {
 	for attempt := 0; attempt < 5; attempt++ { // pymodbus 3.0 cannot report a port it chose
 		tcpPort = FreePort(t)
 		sc := Start(t, exec.Command(py, script, strconv.Itoa(tcpPort), strings.Join(list, ",")))
-		if pymodbusReady(t, sc) {
-			return tcpPort
+		ready := make(chan bool, 1)
+		go func() {
+			for sc.Scan() {
+				if strings.HasPrefix(sc.Text(), "READY") {
+					ready <- true
+					for sc.Scan() {
+					}
+					return
+				}
+				t.Log("pymodbus: ", sc.Text())
+			}
+			ready <- false
+		}()
+		select {
+		case ok := <-ready:
+			if ok {
+				return tcpPort
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("testenv: pymodbus did not start")
 		}
 	}
 	t.Fatal("testenv: pymodbus could not bind")
