@@ -23,11 +23,17 @@ var (
 	date    = "unknown"
 )
 
-const usage = `edgegw: a Modbus edge gateway (TCP, UDP, RTU) with local delivery and lossless upstream
+const usage = `edgegw: a Modbus edge gateway (TCP, UDP, RTU, ASCII) with local delivery and lossless upstream
 
 usage:
   edgegw run     -config FILE              the gateway
-  edgegw check   -config FILE              validate a config, print devices, tags and read plan
+  edgegw check   -config FILE [-poll [-device NAME]]
+                                           validate a config, print devices, tags and read plan;
+                                           -poll: poll every device once and print its values
+  edgegw read    -transport T -address A [-unit N] holding|input|coil|discrete START COUNT
+                                           one read of one device, every type and byte order
+  edgegw scan    -transport T -address A [-baud 9600,19200 -parity N,E] [-units 1-247]
+                                           find the units that answer, identify them, print [[device]]s
   edgegw hash-password < password          hash for [http] basic_auth_hash_file
   edgegw version
 `
@@ -57,6 +63,10 @@ func main() {
 		err = cmdRun(args)
 	case "check":
 		err = cmdCheck(args, os.Stdout)
+	case "read":
+		err = cmdRead(args, os.Stdout)
+	case "scan":
+		err = cmdScan(args, os.Stdout)
 	case "hash-password":
 		err = cmdHashPassword(args)
 	case "version", "-version", "--version":

@@ -80,7 +80,7 @@ func preflight(c *conf.Config) (errs []error, warns []string) {
 	}
 	ports := map[string][]string{}
 	for _, d := range c.Devices {
-		if d.Transport == conf.TransportRTU {
+		if conf.SerialLine(d.Transport) {
 			if _, err := os.Stat(d.Address); err != nil {
 				ports[d.Address] = append(ports[d.Address], d.Name)
 			}

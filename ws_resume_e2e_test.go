@@ -435,4 +435,3 @@ func TestWebSocketResumeMemoryE2E(t *testing.T) {
 	gw.stop(20 * time.Second)
 	ctrl.stop(20 * time.Second)
 }
-

@@ -106,14 +106,25 @@ const (
 	TransportUDP        = "udp"
 	TransportRTU        = "rtu"
 	TransportRTUOverTCP = "rtuovertcp"
+	// Modbus ASCII (':', hex, LRC, CRLF) on a serial line, and over a TCP
+	// stream to a serial gateway.
+	TransportASCII        = "ascii"
+	TransportASCIIOverTCP = "asciiovertcp"
 )
+
+// SerialLine reports a transport on a serial line (rtu, ascii): its address
+// is a device path and it has [device.serial] settings.
+func SerialLine(transport string) bool {
+	return transport == TransportRTU || transport == TransportASCII
+}
 
 // Device is one Modbus slave (one unit id at one address).
 type Device struct {
 	Name      string
-	Transport string // tcp | udp | rtu | rtuovertcp
-	// Address is host:port for tcp, udp and rtuovertcp (":502" is added when
-	// the port is missing) and a device path such as /dev/ttyS1 for rtu.
+	Transport string // tcp | udp | rtu | rtuovertcp | ascii | asciiovertcp
+	// Address is host:port for tcp, udp, rtuovertcp and asciiovertcp (":502"
+	// is added when the port is missing) and a device path such as
+	// /dev/ttyS1 for rtu and ascii.
 	Address  string
 	Unit     uint8 // 0..247 (0 is refused on rtu: broadcast gets no reply)
 	Profile  string
@@ -128,7 +139,7 @@ type Device struct {
 	// WriteTransport is how writes are sent: for udp devices "tcp" (default)
 	// or "udp"; for every other device it equals Transport.
 	WriteTransport string
-	Serial         Serial // rtu only; the zero value for other transports
+	Serial         Serial // rtu and ascii only; the zero value for other transports
 	Tags           []Tag  // profile tags first, then the device's own
 	Line           int    // line of the device's [[device]] header
 }

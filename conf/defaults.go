@@ -50,12 +50,12 @@ import "time"
 //	[[endpoint]] address             (required)                   host[:port] or serial path of some device
 //	[[endpoint]] max_connections     1                            1..16 (serial line: 1)
 //	[[endpoint]] pause               "0s"                         >= 0
-//	[[device]] transport             (required)                   tcp | udp | rtu | rtuovertcp
-//	[[device]] address               (required); port 502 added   host[:port]; rtu: /dev/...
-//	[[device]] unit                  1                            0..247 (rtu: 1..247)
+//	[[device]] transport             (required)                   tcp | udp | rtu | rtuovertcp | ascii | asciiovertcp
+//	[[device]] address               (required); port 502 added   host[:port]; rtu, ascii: /dev/...
+//	[[device]] unit                  1                            0..247 (rtu, ascii: 1..247)
 //	[[device]] interval              "1s"                         > 0
 //	[[device]] timeout               interval/(retries+1), at most  > 0, <= interval
-//	                                 udp "200ms", tcp/rtuovertcp "500ms", rtu "1s"
+//	                                 udp "200ms", tcp/rtuovertcp/asciiovertcp "500ms", rtu/ascii "1s"
 //	[[device]] retries               1                            >= 0
 //	[[device]] max_gap               [poll] max_gap               0..125
 //	[[device]] max_registers         [poll] max_registers         1..125
@@ -198,7 +198,7 @@ func defaultTimeout(transport string) time.Duration {
 	switch transport {
 	case TransportUDP:
 		return DefaultTimeoutUDP
-	case TransportRTU:
+	case TransportRTU, TransportASCII:
 		return DefaultTimeoutRTU
 	}
 	return DefaultTimeoutTCP

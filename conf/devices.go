@@ -289,8 +289,11 @@ func (d *decoder) devices(ts []*table, profiles []Profile, poll Poll) []Device {
 		} else {
 			endpoints[ep] = &out[len(out)-1]
 		}
-		if dev.Transport == TransportRTU && ok.serial {
-			if prev, seen := buses[dev.Address]; seen && prev.Serial != dev.Serial {
+		if SerialLine(dev.Transport) && ok.serial {
+			if prev, seen := buses[dev.Address]; seen && prev.Transport != dev.Transport {
+				t.errf("transport", "%s on %s, but device %q (line %d) is %s there: a serial line has one framing",
+					dev.Transport, dev.Address, prev.Name, prev.Line, prev.Transport)
+			} else if seen && prev.Serial != dev.Serial {
 				t.errf("serial", "serial settings %s on %s differ from device %q (line %d): %s",
 					serialString(dev.Serial), dev.Address, prev.Name, prev.Line, serialString(prev.Serial))
 			} else if !seen {
@@ -329,9 +332,10 @@ func (d *decoder) device(t *table, profiles map[string]*Profile, poll Poll) (Dev
 	tr, hasTr := t.str("transport")
 	switch {
 	case !hasTr && !t.has("transport"):
-		t.errf("", "transport is required: tcp, udp, rtu or rtuovertcp")
-	case hasTr && tr != TransportTCP && tr != TransportUDP && tr != TransportRTU && tr != TransportRTUOverTCP:
-		t.errf("transport", "transport %q: want tcp, udp, rtu or rtuovertcp", tr)
+		t.errf("", "transport is required: tcp, udp, rtu, rtuovertcp, ascii or asciiovertcp")
+	case hasTr && tr != TransportTCP && tr != TransportUDP && tr != TransportRTU && tr != TransportRTUOverTCP &&
+		tr != TransportASCII && tr != TransportASCIIOverTCP:
+		t.errf("transport", "transport %q: want tcp, udp, rtu, rtuovertcp, ascii or asciiovertcp", tr)
 		hasTr = false
 	}
 	if hasTr {
@@ -344,9 +348,9 @@ func (d *decoder) device(t *table, profiles map[string]*Profile, poll Poll) (Dev
 	case !hasAddr && !t.has("address"):
 		t.errf("", "address is required")
 	case !hasAddr || !hasTr:
-	case tr == TransportRTU:
+	case SerialLine(tr):
 		if !strings.HasPrefix(addr, "/") {
-			t.errf("address", "address %q: an rtu device needs a serial device path such as \"/dev/ttyS1\"", addr)
+			t.errf("address", "address %q: an %s device needs a serial device path such as \"/dev/ttyS1\"", addr, tr)
 		} else {
 			dev.Address, addrOK = addr, true
 		}
@@ -360,7 +364,7 @@ func (d *decoder) device(t *table, profiles map[string]*Profile, poll Poll) (Dev
 
 	unitBefore := len(d.errs)
 	unit := t.intIn("unit", DefaultUnit, 0, MaxUnit)
-	if unit == 0 && tr == TransportRTU {
+	if unit == 0 && SerialLine(tr) {
 		t.errf("unit", "unit 0 is the serial broadcast address (no reply): want 1..%d", MaxUnit)
 	}
 	dev.Unit = uint8(unit)
@@ -395,11 +399,11 @@ func (d *decoder) device(t *table, profiles map[string]*Profile, poll Poll) (Dev
 
 	serialBefore := len(d.errs)
 	st := t.sub("serial")
-	if len(st.m) > 0 && hasTr && tr != TransportRTU {
-		t.errf("serial", "serial settings apply only to rtu devices")
+	if len(st.m) > 0 && hasTr && !SerialLine(tr) {
+		t.errf("serial", "serial settings apply only to rtu and ascii devices")
 	}
 	s := d.serial(st)
-	if tr == TransportRTU {
+	if SerialLine(tr) {
 		dev.Serial = s
 	}
 	ok.serial = len(d.errs) == serialBefore

@@ -56,15 +56,15 @@ func (d *decoder) endpoints(ts []*table, devices []Device) []Endpoint {
 					continue
 				}
 				switch dev.Transport {
-				case TransportTCP, TransportRTUOverTCP:
+				case TransportTCP, TransportRTUOverTCP, TransportASCIIOverTCP:
 					used = true
-				case TransportRTU:
+				case TransportRTU, TransportASCII:
 					used, serial = true, true
 				}
 			}
 			switch {
 			case !used:
-				t.errf("address", "endpoint %s: no tcp, rtuovertcp or rtu device has this address", e.Address)
+				t.errf("address", "endpoint %s: no tcp, rtuovertcp, asciiovertcp, rtu or ascii device has this address", e.Address)
 			case serial && e.MaxConnections > 1:
 				t.errf("max_connections", "endpoint %s is a serial line: max_connections must be 1", e.Address)
 			}

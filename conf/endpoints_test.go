@@ -36,7 +36,7 @@ func TestEndpoint(t *testing.T) {
 func TestEndpointErrors(t *testing.T) {
 	for _, tc := range []struct{ text, want string }{
 		{"[[endpoint]]\nmax_connections = 2\n", "endpoint has no address"},
-		{"[[endpoint]]\naddress = \"10.0.0.9\"\n", "endpoint 10.0.0.9:502: no tcp, rtuovertcp or rtu device has this address"},
+		{"[[endpoint]]\naddress = \"10.0.0.9\"\n", "endpoint 10.0.0.9:502: no tcp, rtuovertcp, asciiovertcp, rtu or ascii device has this address"},
 		{"[[endpoint]]\naddress = \"10.0.0.5\"\nmax_connections = 17\n", "max_connections 17 outside 1..16"},
 		{"[[endpoint]]\naddress = \"10.0.0.5\"\npause = \"-1s\"\n", "pause -1s: must be >= 0"},
 		{"[[endpoint]]\naddress = \"10.0.0.5\"\n[[endpoint]]\naddress = \"10.0.0.5:502\"\n", "endpoint 10.0.0.5:502 given twice (first at line 13)"},

@@ -73,8 +73,8 @@ var errorCases = []struct {
 	{"gateway id charset", "[gateway]\nid = \"gw 1\" #!\n", []string{`gateway.id "gw 1": ` + nameRule}},
 
 	// Device fields.
-	{"bad transport", "[[device]]\nname = \"d\"\ntransport = \"tpc\" #!\naddress = \"h\"\ntags = [ { name = \"t\", address = 0 } ]\n", []string{`device "d": transport "tpc": want tcp, udp, rtu or rtuovertcp`}},
-	{"missing transport", "[[device]] #!\nname = \"d\"\naddress = \"h\"\ntags = [ { name = \"t\", address = 0 } ]\n", []string{`device "d": transport is required: tcp, udp, rtu or rtuovertcp`}},
+	{"bad transport", "[[device]]\nname = \"d\"\ntransport = \"tpc\" #!\naddress = \"h\"\ntags = [ { name = \"t\", address = 0 } ]\n", []string{`device "d": transport "tpc": want tcp, udp, rtu, rtuovertcp, ascii or asciiovertcp`}},
+	{"missing transport", "[[device]] #!\nname = \"d\"\naddress = \"h\"\ntags = [ { name = \"t\", address = 0 } ]\n", []string{`device "d": transport is required: tcp, udp, rtu, rtuovertcp, ascii or asciiovertcp`}},
 	{"missing address", "[[device]] #!\nname = \"d\"\ntransport = \"udp\"\ntags = [ { name = \"t\", address = 0 } ]\n", []string{`device "d": address is required`}},
 	{"bad port", "[[device]]\nname = \"d\"\ntransport = \"udp\"\naddress = \"10.0.0.1:70000\" #!\ntags = [ { name = \"t\", address = 0 } ]\n", []string{`device "d": address "10.0.0.1:70000": port "70000": want a number 1..65535`}},
 	{"bad host", "[[device]]\nname = \"d\"\ntransport = \"tcp\"\naddress = \"a b:502\" #!\ntags = [ { name = \"t\", address = 0 } ]\n", []string{`device "d": address "a b:502": host "a b" is not an IP address or host name`}},
@@ -98,7 +98,7 @@ var errorCases = []struct {
 
 	// Serial.
 	{"bad parity", "[[device]]\nname = \"s\"\ntransport = \"rtu\"\naddress = \"/dev/ttyS1\"\nserial = { parity = \"X\" } #!\ntags = [ { name = \"t\", address = 0 } ]\n", []string{`device "s": serial.parity "X": want N, E or O`}},
-	{"serial on tcp", devTags + "serial = { baud = 9600 } #!\n", []string{`device "d": serial settings apply only to rtu devices`}},
+	{"serial on tcp", devTags + "serial = { baud = 9600 } #!\n", []string{`device "d": serial settings apply only to rtu and ascii devices`}},
 	{"serial conflict", "[[device]]\nname = \"a\"\ntransport = \"rtu\"\naddress = \"/dev/ttyS1\"\ntags = [ { name = \"t\", address = 0 } ]\n" +
 		"[[device]]\nname = \"b\"\ntransport = \"rtu\"\naddress = \"/dev/ttyS1\"\nunit = 2\nserial = { baud = 19200, parity = \"E\" } #!\ntags = [ { name = \"t\", address = 0 } ]\n",
 		[]string{`device "b": serial settings 19200 8E1 on /dev/ttyS1 differ from device "a" (line 1): 9600 8N1`}},

@@ -40,7 +40,7 @@ func (c *Config) WriteTable(w io.Writer) {
 	devW, tagW := widths(nil, devHead), widths(nil, tagHead)
 	for i, d := range c.Devices {
 		addr := d.Address
-		if d.Transport == TransportRTU {
+		if SerialLine(d.Transport) {
 			addr += " " + serialShort(d.Serial)
 		}
 		timeout := dur(d.Timeout)

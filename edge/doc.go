@@ -15,13 +15,18 @@
 // 30 s); the rest of the gateway starts and polls regardless, at start-up
 // and at reload. No poll or write touches a connection that is not open.
 //
+// Outside a running Scheduler, PollOnce polls every device once through
+// the same transports and poll code (edgegw check -poll), and a ProbeBus
+// opens one device's transport for one-off reads and identification
+// (edgegw read and scan).
+//
 // It never serves clients, never talks upstream and never encodes JSON:
 // samples leave through the Sink interface only.
 //
-// Concurrency: one goroutine owns each TCP or RTU bus — a connection to a
-// TCP or RTU-over-TCP endpoint with every device (unit) dealt to it
+// Concurrency: one goroutine owns each TCP or serial bus — a connection to a
+// TCP, RTU-over-TCP or ASCII-over-TCP endpoint with every device (unit) dealt to it
 // (parallel mode; an endpoint has MaxConnections of them), every TCP device
-// (serial mode), or a serial port with all its units — and does every
+// (serial mode), or a serial port (RTU or ASCII) with all its units — and does every
 // request on it, with the endpoint's pause between them, writes included
 // (Write queues them to the bus goroutine, which does them between polls);
 // these goroutines have no timer each: one clock (clock.go) wakes every bus

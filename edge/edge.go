@@ -31,7 +31,17 @@ const (
 	TransportUDP        = "udp"
 	TransportRTU        = "rtu"
 	TransportRTUOverTCP = "rtuovertcp"
+	// Modbus ASCII: the serial bus and the stream of RTU and RTU over TCP,
+	// with ASCII framing (':', hex, LRC, CRLF).
+	TransportASCII        = "ascii"
+	TransportASCIIOverTCP = "asciiovertcp"
 )
+
+// serialBus reports a transport on a serial line (rtu, ascii).
+func serialBus(tr string) bool { return tr == TransportRTU || tr == TransportASCII }
+
+// serialOverTCP reports a serial framing carried over a TCP stream (rtuovertcp, asciiovertcp).
+func serialOverTCP(tr string) bool { return tr == TransportRTUOverTCP || tr == TransportASCIIOverTCP }
 
 // Defaults applied by New to zero fields.
 const (
@@ -61,8 +71,8 @@ type Config struct {
 // DeviceConfig is one device as resolved by conf.
 type DeviceConfig struct {
 	Name      string
-	Transport string // tcp | udp | rtu | rtuovertcp
-	Address   string // host:port, or a serial device path for rtu
+	Transport string // tcp | udp | rtu | rtuovertcp | ascii | asciiovertcp
+	Address   string // host:port, or a serial device path for rtu and ascii
 	Unit      uint8
 	Interval  time.Duration
 	Timeout   time.Duration
@@ -173,7 +183,7 @@ func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]
 		if o := old[dc.Name]; o != nil && reflect.DeepEqual(o.cfg, d.cfg) {
 			d = o
 		} else {
-			if dc.Transport == TransportRTU {
+			if serialBus(dc.Transport) {
 				d.offset = staggerOffset(d.cfg.Interval, i, len(dcs))
 			}
 		}
@@ -186,7 +196,7 @@ func (s *Scheduler) buildDevices(dcs []DeviceConfig, old map[string]*device) ([]
 // UDP device, which has a request stream of its own).
 func endpointKey(dc DeviceConfig) string {
 	switch dc.Transport {
-	case TransportTCP, TransportRTUOverTCP, TransportRTU:
+	case TransportTCP, TransportRTUOverTCP, TransportRTU, TransportASCII, TransportASCIIOverTCP:
 		return dc.Transport + " " + dc.Address
 	}
 	return ""
@@ -208,7 +218,7 @@ func (s *Scheduler) groupBuses(devs []*device) ([]*bus, map[*device]connSlot) {
 		ep := endpointKey(d.cfg)
 		var key string
 		switch d.cfg.Transport {
-		case TransportTCP, TransportRTUOverTCP:
+		case TransportTCP, TransportRTUOverTCP, TransportASCIIOverTCP:
 			n := max(1, d.cfg.MaxConnections)
 			conn := fmt.Sprintf("%s #%d", ep, seen[ep]%n)
 			seen[ep]++
@@ -218,7 +228,7 @@ func (s *Scheduler) groupBuses(devs []*device) ([]*bus, map[*device]connSlot) {
 			if d.cfg.Transport == TransportTCP && s.cfg.TCPMode == TCPSerial {
 				key = "tcp-serial"
 			}
-		case TransportRTU:
+		case TransportRTU, TransportASCII:
 			key = ep
 			slots[d] = connSlot{key: portKey(d.cfg)}
 		}
@@ -251,7 +261,7 @@ func checkEndpoints(devs []*device) error {
 		if ep == "" {
 			continue
 		}
-		if d.cfg.Transport == TransportRTU && d.cfg.MaxConnections > 1 {
+		if serialBus(d.cfg.Transport) && d.cfg.MaxConnections > 1 {
 			return fmt.Errorf("edge: device %q: a serial line has one connection (max_connections %d)", d.cfg.Name, d.cfg.MaxConnections)
 		}
 		f := first[ep]

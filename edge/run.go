@@ -133,7 +133,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // not open is marked down; its bus retries.
 func (rs *runState) attachAll(devs []*device) {
 	order := append([]*device(nil), devs...)
-	rank := map[string]int{TransportRTU: 0, TransportRTUOverTCP: 1, TransportUDP: 2, TransportTCP: 3}
+	rank := map[string]int{TransportRTU: 0, TransportASCII: 0, TransportRTUOverTCP: 1, TransportASCIIOverTCP: 1, TransportUDP: 2, TransportTCP: 3}
 	sort.SliceStable(order, func(i, j int) bool { return rank[order[i].cfg.Transport] < rank[order[j].cfg.Transport] })
 	for _, d := range order {
 		if _, err := rs.attach(d, true); err != nil {
@@ -146,7 +146,7 @@ func (rs *runState) attachAll(devs []*device) {
 // of a UDP device's address ("" for transports that connect lazily).
 func openKey(dc DeviceConfig) string {
 	switch dc.Transport {
-	case TransportRTU:
+	case TransportRTU, TransportASCII:
 		return portKey(dc)
 	case TransportUDP:
 		return "udp " + dc.Address
@@ -186,7 +186,7 @@ func (rs *runState) attach(d *device, force bool) (tried bool, err error) {
 func (rs *runState) open(d *device) error {
 	s := rs.s
 	switch d.cfg.Transport {
-	case TransportTCP, TransportRTU, TransportRTUOverTCP:
+	case TransportTCP, TransportRTU, TransportRTUOverTCP, TransportASCII, TransportASCIIOverTCP:
 		if d.slot.key == "" {
 			return fmt.Errorf("edge: device %q: no connection assigned", d.cfg.Name)
 		}
@@ -216,22 +216,31 @@ func (rs *runState) open(d *device) error {
 			return fmt.Errorf("edge: device %q: %w", d.cfg.Name, err)
 		}
 		d.conn = c
-	case d.cfg.Transport == TransportTCP || d.cfg.Transport == TransportRTU || d.cfg.Transport == TransportRTUOverTCP:
+	case d.cfg.Transport == TransportTCP || serialBus(d.cfg.Transport) || serialOverTCP(d.cfg.Transport):
 		key := d.slot.key
 		p := rs.ports[key]
 		if p == nil {
 			p = &portRef{pace: newPacer(d.cfg.Pause)}
 			switch d.cfg.Transport {
-			case TransportRTU:
+			case TransportRTU, TransportASCII:
 				sc := d.cfg.Serial
 				sc.Path = d.cfg.Address
 				sc.Logger = s.log.With("port", d.cfg.Address)
+				open := modbus.OpenRTU
+				if d.cfg.Transport == TransportASCII {
+					open = modbus.OpenASCII
+				}
 				var err error
-				if p.rtu, err = modbus.OpenRTU(sc); err != nil {
+				if p.rtu, err = open(sc); err != nil {
 					return fmt.Errorf("edge: device %q: %w", d.cfg.Name, err)
 				}
-			case TransportRTUOverTCP:
-				p.rtu = modbus.NewRTUOverTCP(modbus.TCPConfig{Address: d.cfg.Address, Timeout: d.cfg.Timeout, Logger: s.log.With("bus", key)})
+			case TransportRTUOverTCP, TransportASCIIOverTCP:
+				tc := modbus.TCPConfig{Address: d.cfg.Address, Timeout: d.cfg.Timeout, Logger: s.log.With("bus", key)}
+				if d.cfg.Transport == TransportASCIIOverTCP {
+					p.rtu = modbus.NewASCIIOverTCP(tc)
+				} else {
+					p.rtu = modbus.NewRTUOverTCP(tc)
+				}
 			default:
 				p.tcp = modbus.NewTCPPort(modbus.TCPConfig{Address: d.cfg.Address, Timeout: d.cfg.Timeout, Logger: s.log.With("bus", key)})
 			}

@@ -74,8 +74,12 @@ type transport interface {
 	succeeded()
 }
 
-// framing says where the PDU sits in an ADU: after head bytes, before tail.
-type framing struct{ head, tail int }
+// framing says where the PDU sits in an ADU: after head bytes, before tail
+// (of the ADU's bytes, hex-decoded first when hex: Modbus ASCII).
+type framing struct {
+	head, tail int
+	hex        bool
+}
 
 var (
 	mbapFraming = framing{head: mbapHeader} // MBAP header, then the PDU (TCP, UDP)
@@ -104,16 +108,27 @@ func (p *pduPackager) Verify(req, resp []byte) error {
 	if err := p.Packager.Verify(req, resp); err != nil {
 		return err
 	}
-	var err error
-	if len(req) <= p.head+p.tail || len(resp) < p.head+p.tail {
-		err = frameErr("adu of %d bytes for a request of %d", len(resp), len(req))
-	} else {
-		err = checkPDU(req[p.head:len(req)-p.tail], resp[p.head:len(resp)-p.tail])
-	}
+	err := p.verifyPDU(req, resp)
 	if err != nil {
 		p.cnt.dropped.Add(1)
 	}
 	return err
+}
+
+func (p *pduPackager) verifyPDU(req, resp []byte) error {
+	if p.hex {
+		var err error
+		if req, err = decodeASCII(nil, req); err != nil {
+			return err
+		}
+		if resp, err = decodeASCII(nil, resp); err != nil {
+			return err
+		}
+	}
+	if len(req) <= p.head+p.tail || len(resp) < p.head+p.tail {
+		return frameErr("adu of %d bytes for a request of %d", len(resp), len(req))
+	}
+	return checkPDU(req[p.head:len(req)-p.tail], resp[p.head:len(resp)-p.tail])
 }
 
 // device wraps a goburrow client built from one packager (one unit, with
@@ -122,6 +137,7 @@ func (p *pduPackager) Verify(req, resp []byte) error {
 // RTUConn and TCPUnitConn.
 type device struct {
 	client gb.Client
+	pk     *pduPackager
 	tr     transport
 	kind   string // tcp, udp, rtu, rtu-tcp
 	addr   string
@@ -131,7 +147,7 @@ type device struct {
 
 func newDevice(p gb.Packager, f framing, tr transport, kind, addr string, unit uint8, cnt *counters) device {
 	pk := &pduPackager{Packager: p, framing: f, cnt: cnt}
-	return device{client: gb.NewClient2(pk, tr), tr: tr, kind: kind, addr: addr, unit: unit, cnt: cnt}
+	return device{client: gb.NewClient2(pk, tr), pk: pk, tr: tr, kind: kind, addr: addr, unit: unit, cnt: cnt}
 }
 
 // Counters returns the cumulative counters of this connection.
@@ -262,6 +278,8 @@ func (d *device) WriteMultipleRegisters(addr uint16, values []byte) error {
 //	FC3/FC4 reply : fc, byte count n == 2*qty, n bytes
 //	FC5/FC6 reply : fc, echo of address and value               (5 bytes)
 //	FC15/16 reply : fc, echo of address and quantity            (5 bytes)
+//	FC17 reply    : fc, byte count n, n bytes
+//	FC43 reply    : fc, MEI type (as asked), at least 5 more bytes
 func checkPDU(req, resp []byte) error {
 	if len(resp) < 2 {
 		return frameErr("reply pdu of %d bytes", len(resp))
@@ -289,6 +307,14 @@ func checkPDU(req, resp []byte) error {
 		}
 		if n := int(resp[1]); n != len(resp)-2 || n != want {
 			return frameErr("byte count %d, %d data bytes, want %d for quantity %d", n, len(resp)-2, want, qty)
+		}
+	case FuncReportServerID:
+		if n := int(resp[1]); n != len(resp)-2 {
+			return frameErr("byte count %d, %d data bytes", n, len(resp)-2)
+		}
+	case FuncEncapsulated:
+		if len(resp) < 7 || resp[1] != req[1] {
+			return frameErr("encapsulated reply % x to mei type %#02x", resp[1:min(len(resp), 8)], req[1])
 		}
 	case gb.FuncCodeWriteSingleCoil, gb.FuncCodeWriteSingleRegister, gb.FuncCodeWriteMultipleCoils, gb.FuncCodeWriteMultipleRegisters:
 		if len(resp) != 5 || len(req) < 5 || !bytes.Equal(resp[1:5], req[1:5]) {

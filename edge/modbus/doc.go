@@ -7,7 +7,13 @@
 // the units behind a TCP→RTU gateway; while a redial or a serial reopen
 // backs off, calls fail at once with a *BackoffError that reads as the
 // failure that started the backoff, plus the wait), UDP over one shared socket with transaction-id
-// matching, RTU on a serial line and RTU over a TCP stream.
+// matching, RTU on a serial line and RTU over a TCP stream, and Modbus
+// ASCII on both (OpenASCII, NewASCIIOverTCP: an RTUPort whose frames are
+// ':', hex, LRC, CRLF, with goburrow's ASCII packager; the same locking,
+// drain, timeouts, counters and errors as RTU). Besides the reads and
+// writes, every connection sends the two identification functions
+// goburrow lacks through the same packager and transporter: Read Device
+// Identification (43/14, basic objects) and Report Server ID (17).
 //
 // Two ways to poll. The Read*/Write* methods of TCPConn, UDPConn and RTUConn
 // go through goburrow's client (a few small allocations per call). For the

@@ -53,12 +53,16 @@ func t35(baud int) time.Duration {
 	return time.Duration(38_500_000_000 / int64(baud))
 }
 
-// RTUPort is one RTU bus: a serial line (OpenRTU) or a TCP stream to a
-// serial gateway (NewRTUOverTCP). It takes its lock around each request,
-// drains stale input before writing, keeps the t3.5 silence between frames
-// and a quiet time after an error, and frames replies by length.
+// RTUPort is one serial bus: a serial line (OpenRTU, OpenASCII) or a TCP
+// stream to a serial gateway (NewRTUOverTCP, NewASCIIOverTCP), with RTU
+// framing (binary, CRC, replies framed by length) or ASCII framing (':',
+// hex, LRC, CRLF: ascii.go). It takes its lock around each request, drains
+// stale input before writing, keeps the t3.5 silence between frames and a
+// quiet time after an error. Timeouts, counters and errors are the same
+// for both framings.
 type RTUPort struct {
 	kind, addr string
+	ascii      bool // ASCII framing instead of RTU
 	line       rtuLine
 	tick       time.Duration // drain read window (t3.5 on serial)
 	quiet      time.Duration // silence after an error
@@ -69,12 +73,21 @@ type RTUPort struct {
 	mu      sync.Mutex
 	lastErr time.Time
 	last    *rtuTransport // unit of the previous request, blamed for drained bytes
-	buf     [rtuMaxFrame]byte
+	buf     [asciiMaxFrame]byte
 	junk    [rtuMaxFrame]byte
 }
 
 // OpenRTU opens the serial line now (open ports early: see maxSelectFD).
-func OpenRTU(cfg SerialConfig) (*RTUPort, error) {
+func OpenRTU(cfg SerialConfig) (*RTUPort, error) { return openSerialBus(cfg, false) }
+
+// OpenASCII opens the serial line now, for Modbus ASCII framing.
+func OpenASCII(cfg SerialConfig) (*RTUPort, error) { return openSerialBus(cfg, true) }
+
+func openSerialBus(cfg SerialConfig, ascii bool) (*RTUPort, error) {
+	kind := "rtu"
+	if ascii {
+		kind = "ascii"
+	}
 	if cfg.Baud <= 0 {
 		cfg.Baud = 9600
 	}
@@ -92,22 +105,22 @@ func OpenRTU(cfg SerialConfig) (*RTUPort, error) {
 	case "O", "o", "odd":
 		cfg.Parity = "O"
 	default:
-		return nil, fmt.Errorf("modbus: rtu %s: parity %q not N, E or O", cfg.Path, cfg.Parity)
+		return nil, fmt.Errorf("modbus: %s %s: parity %q not N, E or O", kind, cfg.Path, cfg.Parity)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Second
 	}
 	tick := max(t35(cfg.Baud), time.Millisecond)
 	p := &RTUPort{
-		kind: "rtu", addr: cfg.Path, tick: tick, quiet: max(t35(cfg.Baud), minQuietTime),
-		timeout: cfg.Timeout, log: discard(cfg.Logger).With("transport", "rtu", "path", cfg.Path),
+		kind: kind, addr: cfg.Path, ascii: ascii, tick: tick, quiet: max(t35(cfg.Baud), minQuietTime),
+		timeout: cfg.Timeout, log: discard(cfg.Logger).With("transport", kind, "path", cfg.Path),
 	}
 	sl := &serialLine{cfg: serial.Config{
 		Address: cfg.Path, BaudRate: cfg.Baud, DataBits: cfg.DataBits, StopBits: cfg.StopBits,
 		Parity: cfg.Parity, Timeout: tick, RS485: cfg.RS485,
 	}, cnt: &p.cnt, log: p.log, bo: newGate(100*time.Millisecond, 30*time.Second)}
 	if err := sl.open(); err != nil {
-		return nil, fmt.Errorf("modbus: rtu %s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("modbus: %s %s: %w", kind, cfg.Path, err)
 	}
 	p.line = sl
 	return p, nil
@@ -117,11 +130,20 @@ func OpenRTU(cfg SerialConfig) (*RTUPort, error) {
 // gateway in transparent mode): RTU framing and CRC, the TCP reconnect
 // rules of NewTCP. cfg.Unit is unused: units come from Unit. It does not
 // dial.
-func NewRTUOverTCP(cfg TCPConfig) *RTUPort {
+func NewRTUOverTCP(cfg TCPConfig) *RTUPort { return newStreamBus(cfg, false) }
+
+// NewASCIIOverTCP is NewRTUOverTCP with Modbus ASCII framing.
+func NewASCIIOverTCP(cfg TCPConfig) *RTUPort { return newStreamBus(cfg, true) }
+
+func newStreamBus(cfg TCPConfig, ascii bool) *RTUPort {
 	cfg.defaults()
+	kind := "rtu-tcp"
+	if ascii {
+		kind = "ascii-tcp"
+	}
 	p := &RTUPort{
-		kind: "rtu-tcp", addr: cfg.Address, tick: 50 * time.Microsecond, quiet: 0,
-		timeout: cfg.Timeout, log: cfg.Logger.With("transport", "rtu-tcp"),
+		kind: kind, addr: cfg.Address, ascii: ascii, tick: 50 * time.Microsecond, quiet: 0,
+		timeout: cfg.Timeout, log: cfg.Logger.With("transport", kind),
 	}
 	p.line = &tcpLine{rd: redialer{addr: cfg.Address, dialTimeout: cfg.DialTimeout, cnt: &p.cnt, log: p.log,
 		bo: newGate(cfg.BackoffMin, cfg.BackoffMax)}}
@@ -149,6 +171,11 @@ func (p *RTUPort) Unit(u uint8, timeout time.Duration) *RTUConn {
 		timeout = p.timeout
 	}
 	t := &rtuTransport{port: p, timeout: timeout, cnt: &counters{}}
+	if p.ascii {
+		pk := gb.NewASCIIClientHandler("")
+		pk.SlaveId = u
+		return &RTUConn{device: newDevice(pk, asciiFraming, t, p.kind, p.addr, u, t.cnt), t: t}
+	}
 	pk := gb.NewRTUClientHandler("")
 	pk.SlaveId = u
 	return &RTUConn{device: newDevice(pk, rtuFraming, t, p.kind, p.addr, u, t.cnt), t: t}
@@ -222,11 +249,20 @@ func (p *RTUPort) exchange(t *rtuTransport, req []byte) ([]byte, error) {
 	if err := p.line.write(req, deadline); err != nil {
 		return nil, classify(err, t.timeout)
 	}
-	frame, err := readRTUFrame(p.line.read, deadline, t.timeout, p.buf[:])
-	if err != nil {
-		return nil, err
+	var frame []byte
+	var err error
+	if p.ascii {
+		frame, err = readASCIIFrame(p.line.read, deadline, t.timeout, p.buf[:])
+		if err == nil {
+			err = checkASCII(req, frame)
+		}
+	} else {
+		frame, err = readRTUFrame(p.line.read, deadline, t.timeout, p.buf[:rtuMaxFrame])
+		if err == nil {
+			err = checkRTU(req, frame)
+		}
 	}
-	if err := checkRTU(req, frame); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return append([]byte(nil), frame...), nil
@@ -273,6 +309,9 @@ type readFunc func(b []byte, deadline time.Time) (int, error)
 //	function : 1 byte; with 0x80 set an exception: code (1 byte), CRC → 5 bytes
 //	FC1–FC4  : byte count n (1 byte), n bytes, CRC                    → 5+n bytes
 //	FC5/6/15/16 : address (2), value or quantity (2), CRC             → 8 bytes
+//	FC17     : byte count n (1 byte), n bytes, CRC                    → 5+n bytes
+//	FC43/14  : MEI type, read code, conformity, more follows, next object,
+//	           number of objects k (6 bytes), k × (id, length l, l bytes), CRC
 //	CRC      : 2 bytes, low byte first
 func readRTUFrame(read readFunc, deadline time.Time, timeout time.Duration, buf []byte) ([]byte, error) {
 	got := 0
@@ -299,7 +338,7 @@ func readRTUFrame(read readFunc, deadline time.Time, timeout time.Duration, buf 
 	switch fc := buf[1]; {
 	case fc&0x80 != 0:
 		need = 5
-	case fc >= gb.FuncCodeReadCoils && fc <= gb.FuncCodeReadInputRegisters:
+	case fc >= gb.FuncCodeReadCoils && fc <= gb.FuncCodeReadInputRegisters, fc == FuncReportServerID:
 		if err := fill(3); err != nil {
 			return nil, err
 		}
@@ -310,6 +349,27 @@ func readRTUFrame(read readFunc, deadline time.Time, timeout time.Duration, buf 
 	case fc == gb.FuncCodeWriteSingleCoil, fc == gb.FuncCodeWriteSingleRegister,
 		fc == gb.FuncCodeWriteMultipleCoils, fc == gb.FuncCodeWriteMultipleRegisters:
 		need = 8
+	case fc == FuncEncapsulated:
+		pos := 8 // unit, function, MEI type … number of objects
+		if err := fill(pos); err != nil {
+			return nil, err
+		}
+		if buf[2] != MEIDeviceID {
+			return nil, frameErr("mei type %#02x in reply, want %#02x", buf[2], MEIDeviceID)
+		}
+		for k := int(buf[7]); k > 0; k-- {
+			if pos+2 > rtuMaxFrame-2 {
+				return nil, frameErr("device identification objects longer than a frame")
+			}
+			if err := fill(pos + 2); err != nil {
+				return nil, err
+			}
+			pos += 2 + int(buf[pos+1])
+		}
+		need = pos + 2
+		if need > rtuMaxFrame {
+			return nil, frameErr("device identification objects longer than a frame")
+		}
 	default:
 		return nil, frameErr("unknown function %#02x in reply", fc)
 	}

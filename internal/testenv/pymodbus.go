@@ -5,9 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
 )
 
 // pymodbusSlave is an independent Modbus implementation (pymodbus 3.0): TCP
@@ -65,26 +63,8 @@ func Pymodbus(t testing.TB, tty string) (tcpPort, udpPort int) {
 		tcpPort, udpPort = FreePort(t), FreePort(t)
 		cmd := exec.Command(py, script, strconv.Itoa(tcpPort), strconv.Itoa(udpPort), tty)
 		sc := Start(t, cmd)
-		ready := make(chan bool, 1)
-		go func() {
-			for sc.Scan() {
-				if strings.HasPrefix(sc.Text(), "READY") {
-					ready <- true
-					for sc.Scan() {
-					}
-					return
-				}
-				t.Log("pymodbus: ", sc.Text())
-			}
-			ready <- false
-		}()
-		select {
-		case ok := <-ready:
-			if ok {
-				return tcpPort, udpPort
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("testenv: pymodbus did not start")
+		if pymodbusReady(t, sc) {
+			return tcpPort, udpPort
 		}
 	}
 	t.Fatal("testenv: pymodbus could not bind")
