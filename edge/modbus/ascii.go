@@ -128,7 +128,7 @@ func checkASCII(req, f []byte) error {
 	}
 	u, _ := decodeASCII(nil, req) // our own request: well formed
 	if len(u) == 0 || resp[0] != u[0] {
-		return frameErr("reply from unit %d, want %d", resp[0], firstByte(u))
+		return &FrameError{Reason: fmt.Sprintf("reply from unit %d, want %d", resp[0], firstByte(u)), OtherUnit: true}
 	}
 	return nil
 }

@@ -23,8 +23,9 @@ type Counters struct {
 	// TCP) and reopenings of a serial port.
 	Reconnects uint64
 	// Late counts replies that came after their request had given up: UDP
-	// datagrams for a recently expired transaction id, and RTU drains that
-	// found bytes on the line before a request (one per drain).
+	// datagrams for a recently expired transaction id, RTU drains that
+	// found bytes on the line before a request (one per drain), and whole
+	// serial frames from another unit skipped while waiting for a reply.
 	Late uint64
 	// Duplicates counts second replies for a transaction id already
 	// answered (UDP).

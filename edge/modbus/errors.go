@@ -59,6 +59,9 @@ var ErrRequest = errors.New("invalid request")
 // mismatch or bad CRC. The stream it came from is not trusted afterwards.
 type FrameError struct {
 	Reason string
+	// OtherUnit: a whole, checked serial frame from a unit other than the
+	// one asked (a late reply to an earlier request on the line).
+	OtherUnit bool
 }
 
 func (e *FrameError) Error() string { return "modbus: bad frame: " + e.Reason }

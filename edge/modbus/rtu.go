@@ -249,23 +249,50 @@ func (p *RTUPort) exchange(t *rtuTransport, req []byte) ([]byte, error) {
 	if err := p.line.write(req, deadline); err != nil {
 		return nil, classify(err, t.timeout)
 	}
-	var frame []byte
-	var err error
-	if p.ascii {
-		frame, err = readASCIIFrame(p.line.read, deadline, t.timeout, p.buf[:])
-		if err == nil {
-			err = checkASCII(req, frame)
+	var skipped *FrameError
+	for {
+		var frame []byte
+		var err error
+		if p.ascii {
+			frame, err = readASCIIFrame(p.line.read, deadline, t.timeout, p.buf[:])
+			if err == nil {
+				err = checkASCII(req, frame)
+			}
+		} else {
+			frame, err = readRTUFrame(p.line.read, deadline, t.timeout, p.buf[:rtuMaxFrame])
+			if err == nil {
+				err = checkRTU(req, frame)
+			}
 		}
-	} else {
-		frame, err = readRTUFrame(p.line.read, deadline, t.timeout, p.buf[:rtuMaxFrame])
-		if err == nil {
-			err = checkRTU(req, frame)
+		var fe *FrameError
+		if errors.As(err, &fe) && fe.OtherUnit && time.Now().Before(deadline) {
+			// A whole frame from another unit: the late reply to an
+			// earlier request (one master on the line), come after the
+			// drain. Counted Late like a drained one; ours may follow.
+			p.blameLate(t)
+			p.log.Debug("modbus: late reply from another unit skipped", "reason", fe.Reason)
+			skipped = fe
+			continue
 		}
+		if err != nil && skipped != nil && !errors.As(err, &fe) {
+			// no reply of ours: say what came instead (a device that
+			// answers as another unit shows here, not as a bare timeout)
+			return nil, fmt.Errorf("%w (skipped as late: %s)", err, skipped.Reason)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return append([]byte(nil), frame...), nil
 	}
-	if err != nil {
-		return nil, err
+}
+
+// blameLate counts a late reply on the unit asked last (t when none was).
+func (p *RTUPort) blameLate(t *rtuTransport) {
+	blame := p.last
+	if blame == nil {
+		blame = t
 	}
-	return append([]byte(nil), frame...), nil
+	blame.cnt.late.Add(1)
 }
 
 // drain reads until the line has been silent for one tick (t3.5 on a serial
@@ -288,11 +315,7 @@ func (p *RTUPort) drain(t *rtuTransport) error {
 		}
 	}
 	if total > 0 {
-		blame := p.last
-		if blame == nil {
-			blame = t
-		}
-		blame.cnt.late.Add(1)
+		p.blameLate(t)
 		p.log.Debug("modbus: drained stale input", "bytes", total)
 	}
 	return nil
@@ -387,7 +410,7 @@ func readRTUFrame(read readFunc, deadline time.Time, timeout time.Duration, buf 
 // frame's; the PDU is the packager's to check (pduPackager).
 func checkRTU(req, f []byte) error {
 	if f[0] != req[0] {
-		return frameErr("reply from unit %d, want %d", f[0], req[0])
+		return &FrameError{Reason: fmt.Sprintf("reply from unit %d, want %d", f[0], req[0]), OtherUnit: true}
 	}
 	return nil
 }

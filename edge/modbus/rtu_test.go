@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -121,8 +122,9 @@ func TestRTUSpec(t *testing.T) {
 
 // TestRTUFaults: two units share the bus; unit 3 is dead. A late reply that
 // is on the line before the next request is drained, never taken as its
-// answer; a bad CRC and a reply from another unit are FrameErrors; the dead
-// unit does not stop the others.
+// answer; a bad CRC is a FrameError, a reply from another unit is skipped
+// as a late one (counted; the request times out saying so); the dead unit
+// does not stop the others.
 func TestRTUFaults(t *testing.T) {
 	sl := newSlave()
 	lateOut := make(chan struct{}, 1)
@@ -174,8 +176,10 @@ func TestRTUFaults(t *testing.T) {
 		t.Fatalf("bad crc: %v, want *FrameError", err)
 	}
 	want(u2, 2)
-	if _, err := u2.ReadHoldingRegisters(9, 1); !errors.As(err, &fe) {
-		t.Fatalf("other unit: %v, want *FrameError", err)
+	// a reply from another unit alone: skipped as a late one, so the
+	// request times out, saying what came instead
+	if _, err := u2.ReadHoldingRegisters(9, 1); !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "skipped as late: reply from unit 12, want 2") {
+		t.Fatalf("other unit: %v, want a timeout naming the skipped frame", err)
 	}
 	for i := range 3 {
 		if _, err := dead.ReadHoldingRegisters(1, 1); !errors.Is(err, ErrTimeout) {
@@ -193,8 +197,8 @@ func TestRTUFaults(t *testing.T) {
 	if c := u1.Counters(); c.Late != 1 || c.Dropped != 1 {
 		t.Errorf("unit 1 counters %+v, want 1 late, 1 dropped", c)
 	}
-	if c := u2.Counters(); c.Dropped != 1 {
-		t.Errorf("unit 2 counters %+v, want 1 dropped", c)
+	if c := u2.Counters(); c.Late != 1 || c.Dropped != 0 {
+		t.Errorf("unit 2 counters %+v, want 1 late (the other unit's frame, while unit 2 was the last asked), 0 dropped", c)
 	}
 }
 
@@ -261,4 +265,40 @@ func TestRTUHighFD(t *testing.T) {
 		t.Fatal("OpenRTU with fd >= 1024 succeeded")
 	}
 	t.Log(err)
+}
+
+// A whole frame from another unit that comes while a request waits (the
+// late reply to an earlier request, after the drain) is skipped and counted
+// Late, and the request takes its own reply behind it; when none follows,
+// the timeout says what was skipped. Before, the request failed with "reply
+// from unit 9, want 5" and its own reply was left on the line.
+func TestRTULateReplyFromAnotherUnitSkipped(t *testing.T) {
+	sl := newSlave()
+	p, _ := rtuBus(t, func(req []byte) [][]byte {
+		own := rtuFrame(req[0], sl.pdu(req[1:len(req)-2]))
+		other := rtuFrame(9, sl.pdu(req[1:len(req)-2]))
+		switch binary.BigEndian.Uint16(req[2:]) {
+		case 20:
+			return [][]byte{other, own}
+		case 21:
+			return [][]byte{other}
+		}
+		return [][]byte{own}
+	})
+	c := p.Unit(5, 0)
+	b, err := c.ReadInputRegisters(20, 2)
+	if err != nil || u16s(b)[0] != 20^0x5A5A || u16s(b)[1] != 21^0x5A5A {
+		t.Fatalf("read behind another unit's frame: %x %v", b, err)
+	}
+	if cn := c.Counters(); cn.Late != 1 || cn.Dropped != 0 {
+		t.Errorf("counters after the skipped frame: %+v", cn)
+	}
+	_, err = c.ReadInputRegisters(21, 1)
+	var fe *FrameError
+	if err == nil || errors.As(err, &fe) || !strings.Contains(err.Error(), "timeout") || !strings.Contains(err.Error(), "skipped as late: reply from unit 9, want 5") {
+		t.Fatalf("only another unit's frame: %v", err)
+	}
+	if b, err := c.ReadInputRegisters(3, 1); err != nil || u16s(b)[0] != 3^0x5A5A {
+		t.Fatalf("the next request: %x %v", b, err)
+	}
 }
