@@ -74,9 +74,10 @@ gotest: ## go test -race ./..., fuzz-brief and test-qemu in two lanes side by si
 test-loaded: ## make test with one CPU-bound process beside it for the whole run (started and stopped here); no cached test result counts
 	build/loaded.sh $(MAKE) --no-print-directory test TESTFLAGS="$(TESTFLAGS) -count=1"
 
-test-full: ## the long versions make test shortens: the 2-minute soak, the 3-minute receiver kills behind HAProxy (EDGEGW_FULL=1)
+test-full: ## the long versions make test shortens: the 2-minute soak, the 3-minute receiver kills behind HAProxy, every row of the report-by-exception bytes (EDGEGW_FULL=1)
 	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestSoak$$' ./bench/
 	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestE2EReceiversKilledBehindHAProxy$$' ./receiver/
+	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestWireBytesReportByException$$' .
 
 bench: ## regenerate docs/BENCHMARKS.md: edgegw bench acquire + deliver (~15 min; QUICK=1 ~2 min)
 	bench/regen.sh

@@ -166,7 +166,29 @@ func keptRef(v []float64, pct float64) []float64 {
 // the values pymodbus served keeps. A constant register with a deadband
 // and max_silence = 500ms is kept once every 500 ms: never sooner, and
 // later only by the polls the gateway counts late or lost.
+//
+// The reference needs every poll answered in time (a poll that timed out
+// did not see a value pymodbus served, and makes an error sample that
+// passes any band). A loaded machine can make one time out: such a run
+// proves nothing and is tried again, at most three times; each run that
+// has every poll good must match exactly.
 func TestDeadbandPercentAndMaxSilence(t *testing.T) {
+	var why []string
+	for attempt := 1; attempt <= 3; attempt++ {
+		var retry string
+		t.Run(fmt.Sprintf("run %d", attempt), func(t *testing.T) { retry = deadbandRun(t) })
+		if retry == "" || t.Failed() {
+			return
+		}
+		t.Logf("run %d proves nothing, tried again: %s", attempt, retry)
+		why = append(why, retry)
+	}
+	t.Fatalf("no run with every poll answered in time in 3: %v", why)
+}
+
+// deadbandRun is one run of TestDeadbandPercentAndMaxSilence; it returns
+// why it proves nothing ("" when it checked everything).
+func deadbandRun(t *testing.T) (retry string) {
 	var seq []uint16
 	for raw := 300; raw >= 270; raw-- {
 		seq = append(seq, uint16(raw))
@@ -228,9 +250,12 @@ tags = [ { name = "c", address = 0, scale = 0.1, deadband = 1, max_silence = "50
 	}
 
 	// The reference: over what pymodbus served, every read answered in time.
-	rd := devs["ramp"]
+	rd, sd := devs["ramp"], devs["still"]
 	if rd.Requests != rd.Responses || rd.GoodPolls != rd.Polls {
-		t.Fatalf("ramp: %+v: a poll failed, so the gateway did not see every value served (the reference needs them all)", rd)
+		return fmt.Sprintf("ramp: %+v: a poll failed, so the gateway did not see every value served (the reference needs them all)", rd)
+	}
+	if sd.GoodPolls != sd.Polls {
+		return fmt.Sprintf("still: %+v: a poll failed (its error sample passes the band)", sd)
 	}
 	testenv.WaitFor(t, time.Minute, "pymodbus's log of every poll's read", func() bool { return uint64(len(ramp.Reads())) >= rd.Polls })
 	var served []float64
@@ -310,7 +335,6 @@ tags = [ { name = "c", address = 0, scale = 0.1, deadband = 1, max_silence = "50
 	t.Logf("per-tag topic: %d values, DDATA: %d", len(topic), len(ddata))
 
 	// max_silence: the constant register's samples on its per-tag topic.
-	sd := devs["still"]
 	lost := sd.Overruns + sd.Polls - sd.GoodPolls
 	cs := tags.of("still/c")
 	if len(cs) < 4 {
@@ -333,26 +357,31 @@ tags = [ { name = "c", address = 0, scale = 0.1, deadband = 1, max_silence = "50
 		}
 	}
 	t.Logf("still/c: %d samples over %d polls (%d late or lost); %d DDATA metrics", len(cs), sd.Polls, lost, stillDD)
+	return ""
 }
 
 // Bytes on the wire per sample acquired (polled), on the per-tag topics
 // and in Sparkplug DDATA, for the demo's loggers (48 th-loggers over UDP
 // at 1 s) without a band and with report by exception. The figures are in
 // docs/BENCHMARKS.md; run with -v (EDGEGW_WIRE_SECONDS=60 for the
-// published ones).
+// published ones; make test measures two of the four rows, EDGEGW_FULL=1
+// or EDGEGW_WIRE_SECONDS every row).
 func TestWireBytesReportByException(t *testing.T) {
 	demo := func(tempBand, humBand string) string { // cmd_demo.go's th-logger, with bands
 		return `{ name = "temperature", register = "holding", address = 0, type = "int16", scale = 0.1, unit = "°C"` + tempBand + ` },
   { name = "humidity", register = "holding", address = 1, type = "uint16", scale = 0.1, unit = "%RH"` + humBand + ` }`
 	}
 	perAcq := map[string][2]float64{}
-	for _, c := range []struct{ name, temp, hum string }{
+	cases := []struct{ name, temp, hum string }{
 		{"no band", "", ""},
+		{"deadband_percent 1, max_silence 30s", `, deadband_percent = 1, max_silence = "30s"`, `, deadband_percent = 1, max_silence = "30s"`},
 		{"deadband 0.1 (any change)", ", deadband = 0.1", ", deadband = 0.1"},
 		{"deadband 0.2 °C, 0.5 %RH", ", deadband = 0.2", ", deadband = 0.5"},
-
-		{"deadband_percent 1, max_silence 30s", `, deadband_percent = 1, max_silence = "30s"`, `, deadband_percent = 1, max_silence = "30s"`},
-	} {
+	}
+	if os.Getenv("EDGEGW_FULL") == "" && os.Getenv("EDGEGW_WIRE_SECONDS") == "" {
+		cases = cases[:2] // make test: with and without report by exception; the table's rows by EDGEGW_FULL=1 or EDGEGW_WIRE_SECONDS
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			res, kept, acquired, secs := wireMeasure(t, demo(c.temp, c.hum))
 			if acquired < 96*secs/2 {
