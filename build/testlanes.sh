@@ -12,15 +12,22 @@
 # at most one other test binary or build: the tests must pass under that
 # load (and do under make test-loaded, which adds a CPU-bound process).
 #
+# The root package holds both kinds: its end-to-end tests that check
+# scheduling (windows kept under a flood, a reload, resumes) run in lane A,
+# those that check what a command prints, what is stored or what crosses a
+# protocol (ROOT_B, a regexp of whole test names) in lane B after the other
+# packages, so that the two halves of the longest package run side by side.
+#
 # Environment: GO, TESTFLAGS (go test flags, -p 1 included), SCHED_PKGS,
-# MAKE (for fuzz-brief and test-qemu). Exit status: non-zero when any step
-# failed; both lanes always run to the end.
+# ROOT_B, MAKE (for fuzz-brief and test-qemu). Exit status: non-zero when any
+# step failed; both lanes always run to the end.
 set -uo pipefail
 logdir=${1:?usage: testlanes.sh LOGDIR}
 GO=${GO:-go}
 MAKE=${MAKE:-make}
 TESTFLAGS=${TESTFLAGS:--race -p 1 -timeout 15m}
 SCHED_PKGS=${SCHED_PKGS:-edgegw edgegw/edge/... edgegw/web/...}
+ROOT_B=${ROOT_B:-'^(TestCheck.*|TestReadCommandByteOrders|TestScan.*|TestParseUnits|TestStartupRefusalsNeverPanic|TestVersion|TestBasicAuthFromConfig|TestRingSizeByRate|TestWebLimitsMapping|TestWebFallbacksAreConfDefaults|TestFaultFreshInstallStarts|TestFaultCheckAndRunAgreeOnMissingFile|TestPowerLossIsReported|TestEpoch.*|TestSparkplug.*|TestDemoSparkplug|TestWireBytesReportByException|TestUplinkBytes|TestMQTTBrokerClusterFailover|TestWebSocketURLsFailoverE2E)$'}
 rm -rf "$logdir" && mkdir -p "$logdir"
 
 sched=$($GO list $SCHED_PKGS) || exit 1
@@ -39,15 +46,23 @@ step() {
 }
 
 laneA() {
-	local rc=0
+	local rc=0 others
+	others=$(printf '%s\n' $sched | grep -vx edgegw)
 	# shellcheck disable=SC2086
-	step gotest-sched A $GO test $TESTFLAGS $sched || rc=1
+	if printf '%s\n' $sched | grep -qx edgegw; then
+		step gotest-root-a A $GO test $TESTFLAGS -skip "$ROOT_B" edgegw || rc=1
+	fi
+	# shellcheck disable=SC2086
+	step gotest-sched A $GO test $TESTFLAGS $others || rc=1
 	return $rc
 }
 laneB() {
 	local rc=0
 	# shellcheck disable=SC2086
 	step gotest-rest B $GO test $TESTFLAGS $rest || rc=1
+	if printf '%s\n' $sched | grep -qx edgegw; then
+		step gotest-root-b B $GO test $TESTFLAGS -run "$ROOT_B" edgegw || rc=1
+	fi
 	step fuzz-brief B $MAKE --no-print-directory fuzz-brief || rc=1
 	step test-qemu B $MAKE --no-print-directory test-qemu || rc=1
 	return $rc
