@@ -50,6 +50,7 @@ func cmdCheck(args []string, out io.Writer) error {
 	defer g.release()
 	sched := g.sched
 	c.WriteTable(out)
+	c.WriteModbusServers(out)
 	fmt.Fprintln(out, "\nread plan (one poll of each device):")
 	plan := sched.Plan()
 	for _, d := range c.Devices {

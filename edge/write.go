@@ -141,6 +141,7 @@ func (s *Scheduler) initWrites() {
 	for _, b := range s.buses {
 		if b.wr.queue == nil {
 			b.wr.queue = make(chan *writeJob, WriteQueue)
+			b.pass.queue = make(chan *passJob, PassQueue) // passthrough.go
 		}
 		for _, d := range b.devices {
 			s.wr.busOf[d] = b
@@ -164,9 +165,10 @@ func (s *Scheduler) swapWrites(oldBuses []*bus, kept map[*bus]bool, swap func())
 	s.initWrites()
 }
 
-// drainWrites answers every write queued on b with "stopped" (b's goroutine
-// has exited).
+// drainWrites answers every write and pass-through request queued on b
+// with "stopped" (b's goroutine has exited).
 func drainWrites(b *bus, why string) {
+	drainPass(b, why)
 	for {
 		select {
 		case j := <-b.wr.queue:

@@ -1,0 +1,106 @@
+package mbserver_test
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"edgegw/stats"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lockedBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+func snapshots(es []stats.Entry) map[string]stats.Snapshot {
+	out := map[string]stats.Snapshot{}
+	for _, e := range es {
+		out[e.Info.Name] = e.Stats.Snapshot()
+	}
+	return out
+}
+
+// checkWindows: the named devices' polls kept their windows, counting a
+// window lost to the device (a poll with a timeout or error: a stalled
+// machine, for a live pty slave) apart from one lost to the scheduler
+// (overrun, or a poll without any failed request that ended late).
+// At least 99.5% of the windows, and at most one window of a short run, go
+// to the scheduler.
+func checkWindows(t *testing.T, before, after map[string]stats.Snapshot, names []string) {
+	t.Helper()
+	for _, n := range names {
+		a, b := after[n], before[n]
+		windows := (a.Polls - b.Polls) + (a.Overruns - b.Overruns)
+		lost := windows - min(windows, a.GoodPolls-b.GoodPolls)
+		device := min(lost, (a.Timeouts-b.Timeouts)+(a.Errors-b.Errors))
+		sched := lost - device
+		t.Logf("%s: %d windows, %d good, lost %d to the device (timeouts %d, errors %d), %d to the scheduler (overruns %d)",
+			n, windows, a.GoodPolls-b.GoodPolls, device, a.Timeouts-b.Timeouts, a.Errors-b.Errors, sched, a.Overruns-b.Overruns)
+		if windows == 0 {
+			t.Errorf("%s: no windows", n)
+			continue
+		}
+		if float64(sched) > max(1, 0.005*float64(windows)) {
+			t.Errorf("%s: the scheduler lost %d of %d windows (more than 0.5%%, and more than 1)", n, sched, windows)
+		}
+		if 20*device > windows {
+			t.Errorf("%s: the device lost %d of %d windows", n, device, windows)
+		}
+	}
+}
+
+// checkWaits: the wait's p99 is within one poll cycle, and pass-through
+// requests waited for at most one poll: two clients' requests may wait
+// together, and the second waits for the next poll when the gap before it
+// is shorter than the device's timeout (at most 2% of them), never for
+// three (but for 1% on a stalled machine).
+func checkWaits(t *testing.T, st *stats.ModbusServer, cycle time.Duration) {
+	t.Helper()
+	s := st.Snapshot()
+	n := s.WaitPolls[0] + s.WaitPolls[1] + s.WaitPolls[2] + s.WaitPolls[3]
+	p50, p99 := time.Duration(s.Wait.Quantile(0.5))*time.Microsecond, time.Duration(s.Wait.Quantile(0.99))*time.Microsecond
+	t.Logf("pass-through: %d requests; wait p50 %v p99 %v; waited 0/1/2/3+ polls: %v; busy %d; exceptions %v",
+		n, p50, p99, s.WaitPolls, s.Busy, s.Exceptions)
+	if n == 0 {
+		t.Fatal("no pass-through request measured")
+	}
+	if more := s.WaitPolls[2] + s.WaitPolls[3]; 50*more > n || 100*s.WaitPolls[3] > n {
+		t.Errorf("%d of %d requests waited for more than one poll (%d for three or more)", more, n, s.WaitPolls[3])
+	}
+	if p99 > cycle {
+		t.Errorf("wait p99 %v > one poll cycle %v", p99, cycle)
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return "…" + s[len(s)-2000:]
+	}
+	return s
+}
+
+func lastLines(s string, n int) string {
+	ls := strings.Split(strings.TrimSpace(s), "\n")
+	if len(ls) > n {
+		ls = ls[len(ls)-n:]
+	}
+	return strings.Join(ls, " | ")
+}
