@@ -79,9 +79,9 @@ func (d *decoder) modbusServers(ts []*table, devices []Device) []ModbusServer {
 		ms := ModbusServer{Line: t.line("")}
 		if v, ok := t.str("listen"); !ok {
 			t.errf("listen", "modbus_server needs listen (\"0.0.0.0:502\")")
-		} else if _, _, err := net.SplitHostPort(v); err != nil {
+		} else if _, port, err := net.SplitHostPort(v); err != nil {
 			t.errf("listen", "listen %q: want host:port", v)
-		} else if listens[v] {
+		} else if listens[v] && port != "0" {
 			t.errf("listen", "listen %q: two modbus_server sections", v)
 		} else {
 			listens[v], ms.Listen = true, v

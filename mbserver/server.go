@@ -129,13 +129,15 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Listen binds the listener and returns its address.
+// Listen binds the listener and returns its address (also the Stats'
+// Listen from then on: call it before Stats are read elsewhere).
 func (s *Server) Listen() (net.Addr, error) {
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("mbserver: %w", err)
 	}
 	s.ln = ln
+	s.st.Listen = ln.Addr().String()
 	return ln.Addr(), nil
 }
 
