@@ -24,7 +24,6 @@ type ModbusServer struct {
 	Writes          bool
 	Units           []PassUnit    // sorted by TCP unit id
 	Mirror          *ModbusMirror // nil: no [modbus_server.mirror]
-	Line            int
 }
 
 // PassUnit maps a TCP unit id to a configured device (its bus and its own unit id).
@@ -76,7 +75,7 @@ func (d *decoder) modbusServers(ts []*table, devices []Device) []ModbusServer {
 	}
 	listens := map[string]bool{}
 	for _, t := range ts {
-		ms := ModbusServer{Line: t.line("")}
+		var ms ModbusServer
 		if v, ok := t.str("listen"); !ok {
 			t.errf("listen", "modbus_server needs listen (\"0.0.0.0:502\")")
 		} else if _, port, err := net.SplitHostPort(v); err != nil {
