@@ -65,12 +65,7 @@ func (b *bus) run(ctx context.Context, sink Sink, clk *clock) {
 	defer b.closeWriteConns()
 	defer clk.forget(b)
 	for {
-		d := b.devices[0]
-		for _, o := range b.devices[1:] {
-			if o.next.Before(d.next) {
-				d = o
-			}
-		}
+		d := b.earliest()
 		if b.passFits(ctx, d.next) {
 			continue
 		}

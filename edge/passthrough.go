@@ -101,14 +101,14 @@ func passErr(req PassRequest, kind, msg string, cause error) *PassError {
 // its reply. The bus does it between two polls (bus.run): right away when
 // the next poll is further away than the device's timeout (plus pause),
 // else after that poll; after every poll it does up to PassAfterPoll
-// requests that waited for it even when polls leave no idle time. So a
-// request waits for at most one poll while no more than PassAfterPoll wait
-// for the same bus (two masters with a request in flight each), and polls
-// lose no window while pass-through traffic stays within the idle time the
-// polls leave plus PassAfterPoll requests per poll, each at most one
-// device timeout, that fit the slack of the poll after them (a poll that
-// ends before its interval minus PassAfterPoll timeouts). A full queue
-// (PassQueue) answers PassBusy at once.
+// requests that waited for it even when polls leave no idle time, as long
+// as the next poll then starts within half its interval of its due time.
+// So a request waits for at most one poll while no more than PassAfterPoll
+// wait for the same bus (two masters with a request in flight each) and
+// the bus keeps up with its polls, and the polls lose no window to any
+// pass-through traffic as long as a poll takes less than half its interval
+// (beyond what the bus can do, requests wait in the queue, and a full
+// queue, PassQueue, answers PassBusy at once).
 //
 // Functions 1-4 (reads), 5, 6 and 16 (writes) go to the device with its
 // unit id and timeout; any other function, and a request whose fields are
@@ -136,8 +136,10 @@ func (s *Scheduler) Pass(ctx context.Context, req PassRequest) (PassResult, erro
 		s.wr.mu.RUnlock()
 		return PassResult{}, passErr(req, PassStopped, "the scheduler is not running", nil)
 	}
+	// busy first: a poll counts itself (polls) before it says it runs (busy).
+	polling := b.busy.Load() != 0
 	j := &passJob{req: req, dev: d, queued: time.Now(), polls: b.pass.polls.Load(), done: make(chan passOutcome, 1)}
-	if b.busy.Load() != 0 {
+	if polling {
 		j.polls-- // the poll in progress counts as waited for
 	}
 	select {
@@ -245,7 +247,10 @@ const PassAfterPoll = 2
 
 // serveQueuedPass does, after a poll that began at pollStart, the held or
 // a waiting pass-through request, and up to PassAfterPoll of those queued
-// before the poll began, even when polls leave no idle time.
+// before the poll began, even when polls leave no idle time — but only
+// while the next poll, delayed by the request (its budget), still starts
+// within half its interval of its due time: a flood cannot make the polls
+// fall behind (a request that would is held for passFits or the next poll).
 func (b *bus) serveQueuedPass(pollStart time.Time) {
 	for i := 0; i < PassAfterPoll; i++ {
 		j := b.pass.held
@@ -257,12 +262,24 @@ func (b *bus) serveQueuedPass(pollStart time.Time) {
 				return
 			}
 		}
-		if i > 0 && !j.queued.Before(pollStart) {
-			b.pass.held = j // it waited for no poll: passFits does it when it fits
+		d := b.earliest()
+		if (i > 0 && !j.queued.Before(pollStart)) || time.Now().Add(j.budget()).After(d.next.Add(d.cfg.Interval/2)) {
+			b.pass.held = j // passFits does it when it fits, or the next poll
 			return
 		}
 		b.servePass(j)
 	}
+}
+
+// earliest is the device whose poll is due first.
+func (b *bus) earliest() *device {
+	d := b.devices[0]
+	for _, o := range b.devices[1:] {
+		if o.next.Before(d.next) {
+			d = o
+		}
+	}
+	return d
 }
 
 // servePass does j on the bus goroutine, unless its caller gave up.

@@ -33,7 +33,7 @@ func TestPassThroughFloodIsBounded(t *testing.T) {
 	const interval = 200 * time.Millisecond
 	line := startSlaves(t)
 	ring := newRing(t)
-	s := runSched(t, rtuDevices(line, interval, 40*time.Millisecond), ring)
+	s := runSched(t, withControl(t, rtuDevices(line, interval, 40*time.Millisecond)), ring)
 	st := new(stats.ModbusServer)
 	_, addr := runServer(t, mbserver.Config{Passer: passer{s}, Units: map[uint8]string{5: "meter-1", 7: "meter-2"}, Stats: st, MaxConns: 64})
 	testenv.WaitFor(t, 20*time.Second, "both live units polled", func() bool {
@@ -115,7 +115,7 @@ func TestPassThroughFloodIsBounded(t *testing.T) {
 	if sum.ok == 0 {
 		t.Error("no request passed")
 	}
-	checkWindows(t, before, after, []string{"meter-1", "meter-2"})
+	checkWindows(t, before, after, []string{"meter-1", "meter-2"}, "control-1")
 	p99 := time.Duration(sn.Wait.Quantile(0.99)) * time.Microsecond
 	t.Logf("wait p99 under the flood %v; waited 0/1/2/3+ polls %v", p99, sn.WaitPolls)
 

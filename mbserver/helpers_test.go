@@ -95,6 +95,15 @@ func rtuDevices(path string, interval, timeout time.Duration) []edge.DeviceConfi
 	return out
 }
 
+// withControl adds control-1: unit 1 on a line of its own (a second slave
+// process), polled like the others and never passed through to.
+func withControl(t *testing.T, devs []edge.DeviceConfig) []edge.DeviceConfig {
+	t.Helper()
+	c := devs[0]
+	c.Name, c.Address = "control-1", startSlaves(t)
+	return append(devs, c)
+}
+
 func newRing(t *testing.T) *ringstore.Ring {
 	t.Helper()
 	seq, err := ringstore.OpenSequence(t.TempDir())
