@@ -42,7 +42,15 @@ func newModbusServers(c *conf.Config, sched *edge.Scheduler, ring *ringstore.Rin
 		if m := ms.Mirror; m != nil {
 			mm := &mbserver.Mirror{Unit: m.Unit, OnBad: m.OnBad, BadValue: m.BadValue, QualityAddress: m.QualityAddress}
 			for _, s := range m.Slots {
-				mm.Slots = append(mm.Slots, mbserver.Slot{Address: s.Address, Device: s.Device, Tag: s.Tag, Format: s.Format, Multiplier: s.Multiplier})
+				sl := mbserver.Slot{Address: s.Address, Device: s.Device, Tag: s.Tag, Format: s.Format, Multiplier: s.Multiplier, RawWords: s.RawWords}
+				if s.Format == mbserver.FormatRaw {
+					et, err := mirrorTag(c, s.Device, s.Tag)
+					if err != nil {
+						return nil, nil, fmt.Errorf("modbus_server %s: mirror: %w", ms.Listen, err)
+					}
+					sl.Encode = func(v float64) ([]byte, error) { return edge.TagRegisters(&et, v) }
+				}
+				mm.Slots = append(mm.Slots, sl)
 			}
 			mc.Mirror = mm
 		}
@@ -54,4 +62,19 @@ func newModbusServers(c *conf.Config, sched *edge.Scheduler, ring *ringstore.Rin
 		sts = append(sts, mc.Stats)
 	}
 	return out, sts, nil
+}
+
+// mirrorTag is the edge tag of device/tag, for a raw mirror slot's encoder.
+func mirrorTag(c *conf.Config, device, tag string) (edge.Tag, error) {
+	for _, d := range c.Devices {
+		if d.Name != device {
+			continue
+		}
+		for _, t := range d.Tags {
+			if t.Name == tag {
+				return edgeTag(t)
+			}
+		}
+	}
+	return edge.Tag{}, fmt.Errorf("no tag %s/%s", device, tag)
 }

@@ -109,7 +109,7 @@ import "time"
 //	[[modbus_server]] units          {} ({ 5 = "meter-3" })       unit 1..247 → a tcp, rtu or rtuovertcp device
 //	[[modbus_server]] endpoints      [] (["/dev/ttyUSB0"])        every device at that address, at its own unit
 //	[modbus_server.mirror] unit      (required with the table)    1..247, no pass-through unit
-//	[modbus_server.mirror] format    "float32"                    float32 | int16 | uint16 (per map entry too)
+//	[modbus_server.mirror] format    "float32"                    float32 | int16 | uint16 | raw (per map entry too)
 //	[modbus_server.mirror] multiplier  1                          int16/uint16: register = round(value × it)
 //	[modbus_server.mirror] on_bad    "exception"                  exception (0x04) | value (bad_value / NaN)
 //	[modbus_server.mirror] bad_value -32768                       -32768..65535

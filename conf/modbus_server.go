@@ -47,14 +47,18 @@ type MirrorSlot struct {
 	Address    uint16
 	Device     string
 	Tag        string
-	Format     string // float32 | int16 | uint16
+	Format     string // float32 | int16 | uint16 | raw
 	Multiplier float64
+	RawWords   int // raw: the tag's registers (Tag.Words)
 }
 
 // Words is the number of registers of the slot.
 func (s MirrorSlot) Words() int {
-	if s.Format == "float32" {
+	switch s.Format {
+	case "float32":
 		return 2
+	case "raw":
+		return s.RawWords
 	}
 	return 1
 }
@@ -162,7 +166,7 @@ func (d *decoder) mirror(t *table, byName map[string]*Device, devices []Device, 
 		t.errf("unit", "mirror: unit %d is also mapped to %s", u, taken[uint8(u)])
 	}
 	m.Unit = uint8(u)
-	format := t.oneOf("format", DefaultMirrorFormat, "float32", "int16", "uint16")
+	format := t.oneOf("format", DefaultMirrorFormat, "float32", "int16", "uint16", "raw")
 	mult := 1.0
 	if v, ok := t.float("multiplier"); ok {
 		if v == 0 {
@@ -188,7 +192,7 @@ func (d *decoder) mirror(t *table, byName map[string]*Device, devices []Device, 
 		if e.has("address") {
 			next = int(e.intIn("address", 0, 0, 65535))
 		}
-		f := e.oneOf("format", format, "float32", "int16", "uint16")
+		f := e.oneOf("format", format, "float32", "int16", "uint16", "raw")
 		ml := mult
 		if v, ok := e.float("multiplier"); ok && v != 0 {
 			ml = v
@@ -221,8 +225,14 @@ func (d *decoder) mirror(t *table, byName map[string]*Device, devices []Device, 
 				case tag.Type == "string":
 					e.errf("tags", "mirror.map[%d]: %s/%s is a string tag", i, dv.Name, tn)
 					continue
+				case f == "raw" && (tag.Type == "bool" || tag.Words() == 0):
+					e.errf("format", "mirror.map[%d]: %s/%s: a %s %s has no registers of its own to mirror raw", i, dv.Name, tn, tag.Register, tag.Type)
+					continue
 				}
 				s := MirrorSlot{Address: uint16(next), Device: dv.Name, Tag: tn, Format: f, Multiplier: ml}
+				if f == "raw" {
+					s.RawWords = tag.Words()
+				}
 				if next+s.Words() > 65536 {
 					e.errf("", "mirror.map[%d]: the map runs past register 65535", i)
 					break
@@ -304,15 +314,15 @@ func (c *Config) WriteModbusServers(w io.Writer) {
 			rows := [][]string{{"REGISTER", "DEVICE", "TAG", "FORMAT", "MULTIPLIER", "QUALITY"}}
 			for i, s := range m.Slots {
 				reg := strconv.Itoa(int(s.Address))
-				if s.Words() == 2 {
-					reg += ".." + strconv.Itoa(int(s.Address)+1)
+				if s.Words() > 1 {
+					reg += ".." + strconv.Itoa(int(s.Address)+s.Words()-1)
 				}
 				qa := "-"
 				if m.QualityAddress >= 0 {
 					qa = strconv.Itoa(m.QualityAddress + i)
 				}
 				mult := "-"
-				if s.Format != "float32" {
+				if s.Format == "int16" || s.Format == "uint16" {
 					mult = strconv.FormatFloat(s.Multiplier, 'g', -1, 64)
 				}
 				rows = append(rows, []string{reg, s.Device, s.Tag, s.Format, mult, qa})

@@ -48,7 +48,7 @@ unit = 100
 format = "int16"
 multiplier = 10
 quality_address = 1000
-map = [ { device = "logger-*", tags = ["t", "h"] }, { device = "plc", tag = "b", format = "float32", address = 200 } ]
+map = [ { device = "logger-*", tags = ["t", "h"] }, { device = "plc", tag = "b", format = "float32", address = 200 }, { device = "plc", tag = "b", format = "raw" } ]
 `+mbDevs))
 	if err != nil {
 		t.Fatal(err)
@@ -65,9 +65,9 @@ map = [ { device = "logger-*", tags = ["t", "h"] }, { device = "plc", tag = "b",
 	}
 	m := ms.Mirror
 	want := []MirrorSlot{
-		{0, "logger-01", "t", "int16", 10}, {1, "logger-01", "h", "int16", 10},
-		{2, "logger-02", "t", "int16", 10}, {3, "logger-02", "h", "int16", 10},
-		{200, "plc", "b", "float32", 10},
+		{0, "logger-01", "t", "int16", 10, 0}, {1, "logger-01", "h", "int16", 10, 0},
+		{2, "logger-02", "t", "int16", 10, 0}, {3, "logger-02", "h", "int16", 10, 0},
+		{200, "plc", "b", "float32", 10, 0}, {202, "plc", "b", "raw", 10, 2},
 	}
 	if m == nil || m.Unit != 100 || m.QualityAddress != 1000 || m.OnBad != "exception" || len(m.Slots) != len(want) {
 		t.Fatalf("mirror: %+v", m)
@@ -79,7 +79,7 @@ map = [ { device = "logger-*", tags = ["t", "h"] }, { device = "plc", tag = "b",
 	}
 	var b bytes.Buffer
 	cfg.WriteModbusServers(&b)
-	for _, s := range []string{"modbus_server 0.0.0.0:502: writes on", "5     meter-3  3", "200..201  plc", "mirror unit 100 (5 slots"} {
+	for _, s := range []string{"modbus_server 0.0.0.0:502: writes on", "5     meter-3  3", "200..201  plc", "202..203  plc", "mirror unit 100 (6 slots"} {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("check output lacks %q:\n%s", s, b.String())
 		}

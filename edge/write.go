@@ -337,6 +337,21 @@ func (s *Scheduler) prepareWrite(req WriteRequest) (*writeJob, *WriteError) {
 	return j, nil
 }
 
+// TagRegisters encodes v (in the tag's engineering unit) as the tag's own
+// registers, wire order: scale and offset undone, then the tag's type and
+// byte order, as a write would send them (a mirror serving raw registers).
+// Bool, coil and string tags have no such registers.
+func TagRegisters(t *Tag, v float64) ([]byte, error) {
+	if t.Type == Bool || t.Register == Coil || t.Register == Discrete {
+		return nil, fmt.Errorf("edge: tag %q: a %v on a %v has no registers of its own", t.Name, t.Type, t.Register)
+	}
+	raw, err := unscaled(t, v)
+	if err != nil {
+		return nil, fmt.Errorf("edge: tag %q: %w", t.Name, err)
+	}
+	return EncodeRegisters(t.Type, t.Order, raw)
+}
+
 // unscaled is the inverse of scaled: raw = (v-offset)/scale (a scale of 1/n
 // multiplies by n). For integer types the raw value is rounded when it is
 // within 1e-9 (relative, for large values) of a whole number and refused

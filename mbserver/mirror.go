@@ -14,12 +14,13 @@ const (
 	FormatFloat32 = "float32" // 2 registers, IEEE 754, big-endian (ABCD), the scaled value
 	FormatInt16   = "int16"   // 1 register, round(value × Multiplier), -32768..32767
 	FormatUint16  = "uint16"  // 1 register, round(value × Multiplier), 0..65535
+	FormatRaw     = "raw"     // the tag's own registers (Words of them) as Encode makes them from the value
 )
 
 // What a read of a tag without a good value gets.
 const (
 	OnBadException = "exception" // the whole read fails with exception 0x04
-	OnBadValue     = "value"     // the tag's registers hold BadValue (int16, uint16) or NaN (float32)
+	OnBadValue     = "value"     // the tag's registers hold BadValue (int16, uint16, each raw register) or NaN (float32)
 )
 
 // Quality register values (Mirror.QualityAddress).
@@ -51,14 +52,22 @@ type Slot struct {
 	Address    uint16
 	Device     string
 	Tag        string
-	Format     string  // FormatFloat32 (default), FormatInt16, FormatUint16
+	Format     string  // FormatFloat32 (default), FormatInt16, FormatUint16, FormatRaw
 	Multiplier float64 // int16, uint16: the register is round(value × Multiplier); 0 means 1
+	// Raw (FormatRaw): RawWords registers (1..4) that Encode makes from the
+	// value (the tag's type and byte order, scale and offset undone); an
+	// error reads as out of range.
+	RawWords int
+	Encode   func(v float64) ([]byte, error)
 }
 
 // Words is the number of registers the slot takes.
 func (s Slot) Words() int {
-	if s.Format == FormatInt16 || s.Format == FormatUint16 {
+	switch s.Format {
+	case FormatInt16, FormatUint16:
 		return 1
+	case FormatRaw:
+		return s.RawWords
 	}
 	return 2
 }
@@ -101,6 +110,9 @@ func newMirror(m Mirror, ring Latest) (*mirror, error) {
 		}
 		if sl.Multiplier == 0 {
 			sl.Multiplier = 1
+		}
+		if sl.Format == FormatRaw && (sl.RawWords < 1 || sl.RawWords > 4 || sl.Encode == nil) {
+			return nil, fmt.Errorf("mbserver: mirror: %s/%s: raw needs 1..4 words and an encoder", sl.Device, sl.Tag)
 		}
 		span(int(sl.Address), sl.Words())
 	}
@@ -152,14 +164,18 @@ func (m *mirror) latest() (*ringstore.Snapshot, map[[2]string]int) {
 }
 
 // value is slot i's registers and its quality code.
-func (m *mirror) value(snap *ringstore.Snapshot, idx map[[2]string]int, i int) (regs [2]uint16, q int) {
+func (m *mirror) value(snap *ringstore.Snapshot, idx map[[2]string]int, i int) (regs [4]uint16, q int) {
 	sl := m.cfg.Slots[i]
-	bad := func(code int) ([2]uint16, int) {
-		if sl.Words() == 2 {
+	bad := func(code int) ([4]uint16, int) {
+		switch sl.Format {
+		case FormatFloat32:
 			b := math.Float32bits(float32(math.NaN()))
-			return [2]uint16{uint16(b >> 16), uint16(b)}, code
+			return [4]uint16{uint16(b >> 16), uint16(b)}, code
+		case FormatRaw:
+			bv := uint16(int16(m.cfg.BadValue))
+			return [4]uint16{bv, bv, bv, bv}, code
 		}
-		return [2]uint16{uint16(int16(m.cfg.BadValue))}, code
+		return [4]uint16{uint16(int16(m.cfg.BadValue))}, code
 	}
 	k, ok := idx[[2]string{sl.Device, sl.Tag}]
 	if !ok {
@@ -178,19 +194,28 @@ func (m *mirror) value(snap *ringstore.Snapshot, idx map[[2]string]int, i int) (
 	switch sl.Format {
 	case FormatFloat32:
 		b := math.Float32bits(float32(s.Value))
-		return [2]uint16{uint16(b >> 16), uint16(b)}, QualityGood
+		return [4]uint16{uint16(b >> 16), uint16(b)}, QualityGood
+	case FormatRaw:
+		b, err := sl.Encode(s.Value)
+		if err != nil || len(b) != 2*sl.RawWords {
+			return bad(QualityOutRange)
+		}
+		for w := 0; w < sl.RawWords; w++ {
+			regs[w] = binary.BigEndian.Uint16(b[2*w:])
+		}
+		return regs, QualityGood
 	case FormatInt16:
 		v := math.Round(s.Value * sl.Multiplier)
 		if v < math.MinInt16 || v > math.MaxInt16 {
 			return bad(QualityOutRange)
 		}
-		return [2]uint16{uint16(int16(v))}, QualityGood
+		return [4]uint16{uint16(int16(v))}, QualityGood
 	default:
 		v := math.Round(s.Value * sl.Multiplier)
 		if v < 0 || v > math.MaxUint16 {
 			return bad(QualityOutRange)
 		}
-		return [2]uint16{uint16(v)}, QualityGood
+		return [4]uint16{uint16(v)}, QualityGood
 	}
 }
 

@@ -8,11 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/edge"
 	"edgegw/internal/testenv"
 	"edgegw/mbserver"
 	"edgegw/ringstore"
 	"edgegw/stats"
 )
+
+func rawOf(tag edge.Tag) func(float64) ([]byte, error) {
+	return func(v float64) ([]byte, error) { return edge.TagRegisters(&tag, v) }
+}
 
 // mirrorRing holds dev-1/t = 21.5 (good), dev-1/h = 40.25 (good) and
 // dev-2/t (timeout).
@@ -39,6 +44,8 @@ func TestMirrorAnswers(t *testing.T) {
 		{Address: 12, Device: "dev-1", Tag: "h", Format: mbserver.FormatInt16, Multiplier: 100},
 		{Address: 13, Device: "dev-2", Tag: "t", Format: mbserver.FormatInt16},
 		{Address: 14, Device: "dev-3", Tag: "t", Format: mbserver.FormatUint16},
+		{Address: 15, Device: "dev-1", Tag: "t", Format: mbserver.FormatRaw, RawWords: 1, Encode: rawOf(edge.Tag{Name: "t", Register: edge.Holding, Type: edge.Int16, Scale: 0.1})},
+		{Address: 16, Device: "dev-1", Tag: "h", Format: mbserver.FormatRaw, RawWords: 2, Encode: rawOf(edge.Tag{Name: "h", Register: edge.Holding, Type: edge.Float32, Order: edge.CDAB, Scale: 1})},
 	}}})
 	_, lenient := runServer(t, mbserver.Config{Ring: ring, Mirror: &mbserver.Mirror{Unit: 1, OnBad: mbserver.OnBadValue, BadValue: -1, QualityAddress: -1, Slots: []mbserver.Slot{
 		{Address: 0, Device: "dev-1", Tag: "h", Format: mbserver.FormatInt16, Multiplier: 100},
@@ -50,6 +57,10 @@ func TestMirrorAnswers(t *testing.T) {
 	if err != nil || math.Float32frombits(uint32(got[0])<<16|uint32(got[1])) != 21.5 || got[2] != 4025 {
 		t.Errorf("registers 10..12: %v %v, want float32 21.5 and 4025", got, err)
 	}
+	raw, err := regs(c.do(1, readPDU(3, 15, 3)))
+	if b := math.Float32bits(40.25); err != nil || raw[0] != 215 || raw[1] != uint16(b) || raw[2] != uint16(b>>16) {
+		t.Errorf("raw registers 15..17: %v %v, want 215 (21.5 at scale 0.1) and 40.25 as float32 CDAB", raw, err)
+	}
 	if got, err := regs(c.do(1, readPDU(4, 11, 2))); err != nil || got[1] != 4025 {
 		t.Errorf("FC4 11..12: %v %v", got, err)
 	}
@@ -58,7 +69,7 @@ func TestMirrorAnswers(t *testing.T) {
 		code byte
 	}{
 		{readPDU(3, 9, 2), 0x02},       // before the map
-		{readPDU(3, 101, 4), 0x02},     // past the quality registers' end
+		{readPDU(3, 103, 4), 0x02},     // past the quality registers' end
 		{readPDU(3, 12, 2), 0x04},      // dev-2/t timed out
 		{readPDU(3, 14, 1), 0x04},      // dev-3/t has no sample
 		{readPDU(3, 10, 126), 0x03},    // too many
@@ -70,7 +81,7 @@ func TestMirrorAnswers(t *testing.T) {
 			t.Errorf("% x: %v, want exception %#x", r.pdu, err, r.code)
 		}
 	}
-	if q, err := regs(c.do(1, readPDU(3, 100, 4))); err != nil || q[0] != 0 || q[1] != 0 || q[2] != mbserver.QualityTimeout || q[3] != mbserver.QualityNone {
+	if q, err := regs(c.do(1, readPDU(3, 100, 6))); err != nil || q[0] != 0 || q[1] != 0 || q[2] != mbserver.QualityTimeout || q[3] != mbserver.QualityNone || q[4] != 0 || q[5] != 0 {
 		t.Errorf("quality registers: %v %v", q, err)
 	}
 	if _, err := regs(c.do(2, readPDU(3, 10, 1))); !isException(err, 0x0A) {

@@ -1,5 +1,7 @@
 // Package stats owns the per-device health record: counters and the RTT
-// histogram that edge writes on every poll and that web, bench and main read.
+// histogram that edge writes on every poll and that web, bench and main read;
+// and the like records of the upstream (push) and of each Modbus TCP server
+// (mbserver's ModbusServer).
 //
 // It never does I/O and imports no project package, so edge, web and push
 // can all share it without importing each other.
