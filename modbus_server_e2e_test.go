@@ -209,3 +209,49 @@ func roundHalf(v float64) float64 {
 	}
 	return float64(int64(v + 0.5))
 }
+
+// Pass-through in the gateway binary: mbpoll reads a pymodbus TCP slave's
+// registers through unit 5 (device plc), writes one (writes = true), reads
+// it back, and the write is in the gateway's log with mbpoll's address.
+func TestModbusPassThroughInTheGateway(t *testing.T) {
+	mbpoll := testenv.Need(t, "mbpoll")
+	port := testenv.PymodbusRegisters(t, []uint16{11, 22, 33, 44})
+	cfg := fmt.Sprintf(`[http]
+listen = "127.0.0.1:0"
+[[modbus_server]]
+listen = "127.0.0.1:0"
+writes = true
+units = { 5 = "plc" }
+[[device]]
+name = "plc"
+transport = "tcp"
+address = "127.0.0.1:%d"
+interval = "500ms"
+tags = [ { name = "a", address = 0 } ]
+`, port)
+	gw, page := runConfig(t, bin, filepath.Join(t.TempDir(), "edgegw.toml"), cfg)
+	defer gw.stop(10 * time.Second)
+	var st mbStatus
+	if err := getJSON(t, page+"api/status", &st); err != nil || len(st.Modbus) != 1 {
+		t.Fatalf("/api/status: %v %+v", err, st)
+	}
+	addr := st.Modbus[0].Listen
+	if vals, out := mbpollRead(t, mbpoll, addr, 5, 0, 4); fmt.Sprint(vals) != "[11 22 33 44]" {
+		t.Fatalf("read through unit 5: %v\n%s", vals, out)
+	}
+	host, p, _ := strings.Cut(addr, ":")
+	out, err := exec.Command(mbpoll, "-m", "tcp", "-p", p, "-a", "5", "-0", "-r", "2", "-t", "4", "-1", "-o", "2", host, "1234").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mbpoll write: %v\n%s", err, out)
+	}
+	if vals, out := mbpollRead(t, mbpoll, addr, 5, 0, 4); fmt.Sprint(vals) != "[11 22 1234 44]" {
+		t.Errorf("read back through unit 5: %v\n%s", vals, out)
+	}
+	line := gw.waitLine("pass-through write", 10*time.Second)
+	if !strings.Contains(line, "client=\"modbus 127.0.0.1:") || !strings.Contains(line, "device=plc") || !strings.Contains(line, "result=ok") {
+		t.Errorf("write log line: %s", line)
+	}
+	if vals, out := mbpollRead(t, mbpoll, addr, 6, 0, 1); len(vals) != 0 {
+		t.Errorf("unit 6 (unmapped) answered: %v\n%s", vals, out)
+	}
+}
