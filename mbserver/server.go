@@ -167,18 +167,21 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 	}()
-	var err error
 	for {
 		c, aerr := ln.Accept()
 		if aerr != nil {
-			if ctx.Err() == nil {
-				var ne net.Error
-				if errors.As(aerr, &ne) && ne.Timeout() {
-					continue
-				}
-				err = fmt.Errorf("mbserver: accept: %w", aerr)
+			if ctx.Err() != nil || errors.Is(aerr, net.ErrClosed) {
+				break
 			}
-			break
+			// Out of descriptors or the like: the connection waits in
+			// the backlog; try again shortly, never stop serving.
+			s.st.AcceptErrors.Add(1)
+			s.warn.Log(s.log, "accept", "accept failed", "err", aerr)
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
 		}
 		if !s.admit(ctx, c) {
 			continue
@@ -191,7 +194,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
-	return err
+	return nil
 }
 
 // admit registers c, or closes it (counted) when its client is not allowed

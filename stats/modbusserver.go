@@ -11,6 +11,7 @@ type ModbusServer struct {
 	Connections  atomic.Int64  // open now
 	Accepted     atomic.Uint64 // connections accepted
 	ConnsRefused atomic.Uint64 // closed at accept: not an allowed network, or max_connections open
+	AcceptErrors atomic.Uint64 // accept failures (out of descriptors): retried after 50 ms
 
 	Requests       atomic.Uint64     // requests answered (every unit: pass-through, mirror, unknown)
 	PassRequests   atomic.Uint64     // pass-through requests that reached a bus
@@ -28,7 +29,7 @@ type ModbusServer struct {
 type ModbusServerSnapshot struct {
 	Listen                                 string
 	Connections                            int64
-	Accepted, ConnsRefused                 uint64
+	Accepted, ConnsRefused, AcceptErrors   uint64
 	Requests, PassRequests, MirrorRequests uint64
 	Writes, WritesRefused, Busy            uint64
 	Exceptions                             [12]uint64
@@ -39,7 +40,7 @@ type ModbusServerSnapshot struct {
 // Snapshot copies the counters (each read atomically, not all at once).
 func (m *ModbusServer) Snapshot() ModbusServerSnapshot {
 	s := ModbusServerSnapshot{
-		Listen: m.Listen, Connections: m.Connections.Load(), Accepted: m.Accepted.Load(), ConnsRefused: m.ConnsRefused.Load(),
+		Listen: m.Listen, Connections: m.Connections.Load(), Accepted: m.Accepted.Load(), ConnsRefused: m.ConnsRefused.Load(), AcceptErrors: m.AcceptErrors.Load(),
 		Requests: m.Requests.Load(), PassRequests: m.PassRequests.Load(), MirrorRequests: m.MirrorRequests.Load(),
 		Writes: m.Writes.Load(), WritesRefused: m.WritesRefused.Load(), Busy: m.Busy.Load(),
 		Wait: m.Wait.Snapshot(),

@@ -13,6 +13,7 @@ type modbusServerJSON struct {
 	Connections   int64             `json:"connections"`
 	Accepted      uint64            `json:"accepted"`
 	ConnsRefused  uint64            `json:"connections_refused"`
+	AcceptErrors  uint64            `json:"accept_errors"`
 	Requests      uint64            `json:"requests"`
 	Pass          uint64            `json:"pass_through"`
 	Mirror        uint64            `json:"mirror"`
@@ -29,7 +30,7 @@ func modbusServersJSON(ms []*stats.ModbusServer) []modbusServerJSON {
 	var out []modbusServerJSON
 	for _, m := range ms {
 		s := m.Snapshot()
-		j := modbusServerJSON{Listen: s.Listen, Connections: s.Connections, Accepted: s.Accepted, ConnsRefused: s.ConnsRefused,
+		j := modbusServerJSON{Listen: s.Listen, Connections: s.Connections, Accepted: s.Accepted, ConnsRefused: s.ConnsRefused, AcceptErrors: s.AcceptErrors,
 			Requests: s.Requests, Pass: s.PassRequests, Mirror: s.MirrorRequests, Writes: s.Writes, WritesRefused: s.WritesRefused,
 			Busy: s.Busy, Exceptions: map[string]uint64{}, WaitPolls: s.WaitPolls,
 			WaitP50MS: math.Round(s.Wait.Quantile(0.5)) / 1000, WaitP99MS: math.Round(s.Wait.Quantile(0.99)) / 1000}
@@ -58,6 +59,7 @@ func appendModbusServerMetrics(p *promWriter, ms []*stats.ModbusServer) {
 	}{
 		{"edgegw_modbus_server_connections", "gauge", "Modbus TCP server connections open.", func(s *stats.ModbusServerSnapshot) float64 { return float64(s.Connections) }},
 		{"edgegw_modbus_server_connections_refused_total", "counter", "Connections closed at accept: not an allowed network, or max_connections open.", func(s *stats.ModbusServerSnapshot) float64 { return float64(s.ConnsRefused) }},
+		{"edgegw_modbus_server_accept_errors_total", "counter", "Accept failures (out of descriptors), retried after 50 ms.", func(s *stats.ModbusServerSnapshot) float64 { return float64(s.AcceptErrors) }},
 		{"edgegw_modbus_server_requests_total", "counter", "Requests answered.", func(s *stats.ModbusServerSnapshot) float64 { return float64(s.Requests) }},
 		{"edgegw_modbus_server_pass_through_total", "counter", "Requests passed through to a bus.", func(s *stats.ModbusServerSnapshot) float64 { return float64(s.PassRequests) }},
 		{"edgegw_modbus_server_mirror_total", "counter", "Requests answered by the mirror.", func(s *stats.ModbusServerSnapshot) float64 { return float64(s.MirrorRequests) }},
