@@ -78,7 +78,8 @@ func checkWindows(t *testing.T, before, after map[string]stats.Snapshot, names [
 	return stalls
 }
 
-// checkWaits: the wait's p99 is within one poll cycle, and pass-through
+// checkWaits: the wait's p99 is within one poll cycle (two when requests
+// timed out on the line), and pass-through
 // requests waited for at most one poll: two clients' requests may wait
 // together, and the second waits for the next poll when the gap before it
 // is shorter than the device's timeout (at most 2% of them); a request
@@ -99,8 +100,12 @@ func checkWaits(t *testing.T, st *stats.ModbusServer, cycle time.Duration, stall
 	if more := s.WaitPolls[2] + s.WaitPolls[3]; more > n/50+2*stalls {
 		t.Errorf("%d of %d requests waited for more than one poll (%d for three or more; %d requests timed out on the line)", more, n, s.WaitPolls[3], stalls)
 	}
-	if p99 > cycle {
-		t.Errorf("wait p99 %v > one poll cycle %v", p99, cycle)
+	limit := cycle
+	if stalls > 0 { // each held the line for a whole timeout: a loaded machine
+		limit = 2 * cycle
+	}
+	if p99 > limit {
+		t.Errorf("wait p99 %v > %v (one poll cycle, two with %d requests timed out on the line)", p99, limit, stalls)
 	}
 }
 
