@@ -5,6 +5,11 @@
 // mirror (a virtual unit that serves the latest values from a declared
 // register map) and the counters of both (stats.ModbusServer).
 //
+// Every bound answers at once and is counted: a connection outside the
+// allowed networks or past MaxConns is closed at accept; a pass-through
+// request past the client's MaxInFlight, or refused by the bus's full
+// queue, gets exception 0x06 (server busy) on a connection that stays open.
+//
 // It never opens a device, never polls and never writes to the ring: a
 // pass-through request goes to the bus owner through the Passer interface
 // (edge's scheduler behind main's adapter), which does it between two
