@@ -236,13 +236,20 @@ tags = [ { name = "a", address = 0 } ]
 		t.Fatalf("/api/status: %v %+v", err, st)
 	}
 	addr := st.Modbus[0].Listen
-	if vals, out := mbpollRead(t, mbpoll, addr, 5, 0, 4); fmt.Sprint(vals) != "[11 22 33 44]" {
+	// Until the scheduler runs (it starts after "edgegw running"), unit 5 answers 0x0A.
+	var vals []int
+	var out string
+	waitFor(t, 20*time.Second, "a read through unit 5", func() bool {
+		vals, out = mbpollRead(t, mbpoll, addr, 5, 0, 4)
+		return len(vals) == 4
+	})
+	if fmt.Sprint(vals) != "[11 22 33 44]" {
 		t.Fatalf("read through unit 5: %v\n%s", vals, out)
 	}
 	host, p, _ := strings.Cut(addr, ":")
-	out, err := exec.Command(mbpoll, "-m", "tcp", "-p", p, "-a", "5", "-0", "-r", "2", "-t", "4", "-1", "-o", "2", host, "1234").CombinedOutput()
+	wout, err := exec.Command(mbpoll, "-m", "tcp", "-p", p, "-a", "5", "-0", "-r", "2", "-t", "4", "-1", "-o", "2", host, "1234").CombinedOutput()
 	if err != nil {
-		t.Fatalf("mbpoll write: %v\n%s", err, out)
+		t.Fatalf("mbpoll write: %v\n%s", err, wout)
 	}
 	if vals, out := mbpollRead(t, mbpoll, addr, 5, 0, 4); fmt.Sprint(vals) != "[11 22 1234 44]" {
 		t.Errorf("read back through unit 5: %v\n%s", vals, out)

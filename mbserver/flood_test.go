@@ -36,14 +36,7 @@ func TestPassThroughFloodIsBounded(t *testing.T) {
 	s := runSched(t, withControl(t, rtuDevices(line, interval, 40*time.Millisecond)), ring)
 	st := new(stats.ModbusServer)
 	_, addr := runServer(t, mbserver.Config{Passer: passer{s}, Units: map[uint8]string{5: "meter-1", 7: "meter-2"}, Stats: st, MaxConns: 64})
-	testenv.WaitFor(t, 20*time.Second, "both live units polled", func() bool {
-		for _, e := range s.Devices()[:2] {
-			if e.Stats.GoodPolls.Load() < 3 {
-				return false
-			}
-		}
-		return true
-	})
+	waitPolled(t, s)
 	fds := openFDs(t)
 	before := snapshots(s.Devices())
 

@@ -132,6 +132,20 @@ func runSched(t *testing.T, devs []edge.DeviceConfig, ring *ringstore.Ring) *edg
 	return s
 }
 
+// waitPolled waits for the first two devices' third good poll: the
+// scheduler runs (before, a pass-through request is answered 0x0A).
+func waitPolled(t *testing.T, s *edge.Scheduler) {
+	t.Helper()
+	testenv.WaitFor(t, 20*time.Second, "both live units polled", func() bool {
+		for _, e := range s.Devices()[:2] {
+			if e.Stats.GoodPolls.Load() < 3 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // runServer starts a Modbus server on 127.0.0.1:0 and returns its address.
 func runServer(t *testing.T, cfg mbserver.Config) (*mbserver.Server, string) {
 	t.Helper()

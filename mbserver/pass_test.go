@@ -67,14 +67,7 @@ func TestPassThroughSharesTheBus(t *testing.T) {
 	_, addr := runServer(t, mbserver.Config{Passer: passer{s}, Units: map[uint8]string{5: "meter-1", 7: "meter-2", 9: "dead-3"}, Stats: st})
 	_, port, _ := strings.Cut(addr, ":")
 
-	testenv.WaitFor(t, 20*time.Second, "both live units polled", func() bool {
-		for _, e := range s.Devices()[:2] {
-			if e.Stats.GoodPolls.Load() < 3 {
-				return false
-			}
-		}
-		return true
-	})
+	waitPolled(t, s)
 	before := snapshots(s.Devices())
 	dur := period(15 * time.Second)
 
@@ -152,6 +145,7 @@ func TestPassThroughWritesAndDeadUnit(t *testing.T) {
 	_, off := runServer(t, mbserver.Config{Passer: passer{s}, Units: units, Stats: stOff})
 	_, on := runServer(t, mbserver.Config{Passer: passer{s}, Units: units, Writes: true, Stats: stOn, Logger: logs.logger()})
 
+	waitPolled(t, s)
 	write := []byte{6, 0, 3, 0x12, 0x34} // FC6 register 3 = 0x1234
 	c := dial(t, off)
 	if _, err := regs(c.do(5, write)); !isException(err, 0x01) {
