@@ -85,12 +85,11 @@ func (b *bus) run(ctx context.Context, sink Sink, clk *clock) {
 			return
 		}
 		b.pass.polls.Add(1)
-		pollStart := time.Now()
-		b.busy.Store(pollStart.UnixNano())
+		b.busy.Store(time.Now().UnixNano())
 		b.pollOne(d, sink)
 		b.busy.Store(0)
-		b.serveQueuedWrite()         // one waiting write even when polls leave no idle time
-		b.serveQueuedPass(pollStart) // and the pass-through requests that waited for this poll
+		b.serveQueuedWrite() // one waiting write even when polls leave no idle time
+		b.serveQueuedPass()  // and the pass-through requests that waited for this poll
 	}
 }
 

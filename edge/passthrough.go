@@ -245,13 +245,14 @@ func (b *bus) passQueue() chan *passJob {
 // they waited for.
 const PassAfterPoll = 2
 
-// serveQueuedPass does, after a poll that began at pollStart, the held or
-// a waiting pass-through request, and up to PassAfterPoll of those queued
-// before the poll began, even when polls leave no idle time — but only
+// serveQueuedPass does, right after a poll, up to PassAfterPoll of the
+// pass-through requests that waited for it (held, or queued before the
+// poll ended), even when polls leave no idle time — but only
 // while the next poll, delayed by the request (its budget), still starts
 // within half its interval of its due time: a flood cannot make the polls
 // fall behind (a request that would is held for passFits or the next poll).
-func (b *bus) serveQueuedPass(pollStart time.Time) {
+func (b *bus) serveQueuedPass() {
+	pollEnd := time.Now()
 	for i := 0; i < PassAfterPoll; i++ {
 		j := b.pass.held
 		b.pass.held = nil
@@ -263,7 +264,7 @@ func (b *bus) serveQueuedPass(pollStart time.Time) {
 			}
 		}
 		d := b.earliest()
-		if (i > 0 && !j.queued.Before(pollStart)) || time.Now().Add(j.budget()).After(d.next.Add(d.cfg.Interval/2)) {
+		if j.queued.After(pollEnd) || time.Now().Add(j.budget()).After(d.next.Add(d.cfg.Interval/2)) {
 			b.pass.held = j // passFits does it when it fits, or the next poll
 			return
 		}

@@ -46,9 +46,10 @@ func snapshots(es []stats.Entry) map[string]stats.Snapshot {
 // a line of its own that no pass-through request touches, polled alike
 // meanwhile. The pass-through may cost the shared devices no more windows
 // than the control lost, plus 0.5% (at least one window of a short run).
-// It returns the requests that failed on the shared devices meanwhile
-// (timeouts and errors: each held the line for a whole timeout).
-func checkWindows(t *testing.T, before, after map[string]stats.Snapshot, names []string, control string) (stalls uint64) {
+// It returns the requests that failed on the shared line meanwhile (names
+// and the other devices of the line: timeouts and errors, each holding
+// the line for a whole timeout).
+func checkWindows(t *testing.T, before, after map[string]stats.Snapshot, names []string, control string, line ...string) (stalls uint64) {
 	t.Helper()
 	losses := func(n string) (windows, device, sched uint64) {
 		a, b := after[n], before[n]
@@ -63,7 +64,6 @@ func checkWindows(t *testing.T, before, after map[string]stats.Snapshot, names [
 	_, baseDev, base := losses(control)
 	for _, n := range names {
 		windows, device, sched := losses(n)
-		stalls += (after[n].Timeouts - before[n].Timeouts) + (after[n].Errors - before[n].Errors)
 		if windows == 0 {
 			t.Errorf("%s: no windows", n)
 			continue
@@ -74,6 +74,9 @@ func checkWindows(t *testing.T, before, after map[string]stats.Snapshot, names [
 		if 20*device > windows+20*baseDev {
 			t.Errorf("%s: the device lost %d of %d windows, the control device %d: more than 5%% more", n, device, windows, baseDev)
 		}
+	}
+	for _, n := range append(names, line...) {
+		stalls += (after[n].Timeouts - before[n].Timeouts) + (after[n].Errors - before[n].Errors)
 	}
 	return stalls
 }

@@ -108,7 +108,7 @@ func TestPassThroughFloodIsBounded(t *testing.T) {
 	if sum.ok == 0 {
 		t.Error("no request passed")
 	}
-	checkWindows(t, before, after, []string{"meter-1", "meter-2"}, "control-1")
+	checkWindows(t, before, after, []string{"meter-1", "meter-2"}, "control-1", "dead-3")
 	p99 := time.Duration(sn.Wait.Quantile(0.99)) * time.Microsecond
 	t.Logf("wait p99 under the flood %v; waited 0/1/2/3+ polls %v", p99, sn.WaitPolls)
 

@@ -125,7 +125,7 @@ func TestPassThroughSharesTheBus(t *testing.T) {
 	}
 	t.Logf("mbpoll: %d values; %s", len(vals), lastLines(mbOut.String(), 3))
 
-	stalls := checkWindows(t, before, after, []string{"meter-1", "meter-2"}, "control-1")
+	stalls := checkWindows(t, before, after, []string{"meter-1", "meter-2"}, "control-1", "dead-3")
 	checkWaits(t, st, interval, stalls)
 }
 
