@@ -18,7 +18,7 @@ STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) 
 # scheduling on real sockets (SCHED_PKGS), one at a time; lane B every
 # other package, then the fuzz targets and the qemu tests.
 TESTFLAGS ?= -race -p 1 -timeout 15m
-SCHED_PKGS ?= edgegw edgegw/edge/... edgegw/web/...
+SCHED_PKGS ?= edgegw edgegw/edge/... edgegw/web/... edgegw/mbserver/...
 TESTLOG   ?= dist/testlog
 
 .PHONY: help build test test-loaded test-full gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 receiver receiver-arm64 receiver-amd64 bench soak bench-go benchcmp fuzz fuzz-brief npm-deps clean

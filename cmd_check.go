@@ -61,6 +61,7 @@ func cmdCheck(args []string, out io.Writer) error {
 	defer g.release()
 	sched := g.sched
 	c.WriteTable(out)
+	c.WriteModbusServers(out)
 	fmt.Fprintln(out, "\nread plan (one poll of each device; a device with tags at several intervals: the polls of each):")
 	plan, rates := sched.Plan(), sched.RatePlans()
 	for _, d := range c.Devices {

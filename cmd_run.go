@@ -161,7 +161,7 @@ func restartSections(old, new *conf.Config) []string {
 	}{
 		{"gateway", old.Gateway, new.Gateway}, {"http", old.HTTP, new.HTTP}, {"ring", old.Ring, new.Ring},
 		{"poll", old.Poll, new.Poll}, {"upstream", old.Upstream, new.Upstream}, {"buffer", old.Buffer, new.Buffer},
-		{"history", old.History, new.History},
+		{"history", old.History, new.History}, {"modbus_server", old.ModbusServers, new.ModbusServers},
 	} {
 		if !reflect.DeepEqual(p.a, p.b) {
 			out = append(out, p.name)

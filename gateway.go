@@ -10,6 +10,7 @@ import (
 	"edgegw/conf"
 	"edgegw/edge"
 	"edgegw/history"
+	"edgegw/mbserver"
 	"edgegw/push"
 	"edgegw/ringstore"
 	"edgegw/spool"
@@ -31,6 +32,7 @@ type gateway struct {
 	push  *push.Pusher       // nil when no upstream is configured
 	spb   *sparkplugParts    // nil without [upstream.sparkplug] (sparkplug_mapping.go)
 	acq   *stats.Acquisition // gateway-wide acquisition counters (UDP datagrams from no device)
+	mbs   []*mbserver.Server // [[modbus_server]] (modbus_server.go)
 }
 
 // newGateway builds every piece of the gateway from c, as run runs it and
@@ -143,6 +145,10 @@ func (g *gateway) build(c *conf.Config, log *slog.Logger) error {
 	if err = g.consume(); err != nil {
 		return err
 	}
+	var mbStats []*stats.ModbusServer
+	if g.mbs, mbStats, err = newModbusServers(c, g.sched, g.ring, log.With("pkg", "mbserver")); err != nil {
+		return err
+	}
 	g.web = web.New(web.Config{
 		Listen: c.HTTP.Listen, LongPollTimeout: c.HTTP.LongPollTimeout, MaxClients: c.HTTP.MaxClients,
 		MaxRequestBytes: c.HTTP.MaxRequestBytes, ReadHeaderTimeout: c.HTTP.ReadHeaderTimeout,
@@ -155,6 +161,7 @@ func (g *gateway) build(c *conf.Config, log *slog.Logger) error {
 		Ring: g.ring, Devices: g.sched, Upstream: g.up, Acquisition: g.acq, Logger: log.With("pkg", "web"),
 		History: g.hist, RingInfo: web.RingInfo{Size: size, Window: window},
 		Storage: g.storage(c.Gateway.DataDir), HealthzUpstreamMaxDown: c.HTTP.HealthzUpstreamMaxDown,
+		ModbusServers: mbStats,
 	})
 	return g.web.Check() // what Listen would refuse before binding
 }
@@ -178,6 +185,13 @@ func (g *gateway) listen() (string, error) {
 	addr, err := g.web.Listen()
 	if err != nil {
 		return "", err
+	}
+	for _, m := range g.mbs {
+		a, err := m.Listen()
+		if err != nil {
+			return "", err
+		}
+		g.log.Info("modbus server listening", "addr", a.String())
 	}
 	return "http://" + addr.String() + "/", nil
 }
@@ -269,6 +283,9 @@ func (g *gateway) pieces() []piece {
 				return errors.Join(g.spb.queue.Run(ctx), g.spb.queue.Close())
 			}},
 			piece{"sparkplug", g.spb.node.Run})
+	}
+	for _, m := range g.mbs {
+		ps = append(ps, piece{"modbus server " + m.Stats().Listen, m.Serve})
 	}
 	return append(ps, piece{"web", g.web.Serve}, piece{"edge", g.sched.Run})
 }

@@ -25,6 +25,8 @@ type Config struct {
 	// polling. Without it a reload to zero devices is refused.
 	AllowEmpty bool
 	Endpoints  []Endpoint // [[endpoint]] tables, in file order
+	// ModbusServers are the [[modbus_server]] tables (modbus_server.go).
+	ModbusServers []ModbusServer
 }
 
 // Gateway identifies this gateway.

@@ -110,6 +110,21 @@ import "time"
 //	[history] max_ram                "4MiB" (raw chunks, all tags)  > 0; oldest chunks go first beyond it
 //	[history] fine_keep              "6h" (1-minute buckets, RAM)  >= 1m
 //	[history] keep                   "168h" (10-minute in RAM, 1-minute in data_dir)  >= 10m
+//	[[modbus_server]] listen         (required; the section is optional)  host:port
+//	[[modbus_server]] allowed_networks  [] (every client)          CIDRs or addresses
+//	[[modbus_server]] max_connections  16                         1..4096
+//	[[modbus_server]] max_in_flight  4 (per client address)       1..1024
+//	[[modbus_server]] idle_timeout   "60s"                        > 0
+//	[[modbus_server]] writes         false                        FC5/6/16 pass through; else exception 0x01
+//	[[modbus_server]] units          {} ({ 5 = "meter-3" })       unit 1..247 → a tcp, rtu or rtuovertcp device
+//	[[modbus_server]] endpoints      [] (["/dev/ttyUSB0"])        every device at that address, at its own unit
+//	[modbus_server.mirror] unit      (required with the table)    1..247, no pass-through unit
+//	[modbus_server.mirror] format    "float32"                    float32 | int16 | uint16 | raw (per map entry too)
+//	[modbus_server.mirror] multiplier  1                          int16/uint16: register = round(value × it)
+//	[modbus_server.mirror] on_bad    "exception"                  exception (0x04) | value (bad_value / NaN)
+//	[modbus_server.mirror] bad_value -32768                       -32768..65535
+//	[modbus_server.mirror] quality_address  -1 (none)             one quality register per slot from there
+//	[modbus_server.mirror] map       (required)                   [{ device = "logger-*", tags = [...], address, format, multiplier }]
 //
 // Sizes take B, KB/MB/GB/TB (powers of 1000) and KiB/MiB/GiB/TiB (powers of
 // 1024), or a plain integer of bytes. Durations are Go durations ("200ms",

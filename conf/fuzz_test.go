@@ -20,6 +20,8 @@ func FuzzParse(f *testing.F) {
 		f.Add(tc.text)
 	}
 	f.Add(devTags)
+	f.Add("[[modbus_server]]\nlisten = \":502\"\nunits = { 5 = \"plc\" }\nendpoints = [\"10.0.0.5\"]\n[modbus_server.mirror]\nunit = 9\nquality_address = 50\n" +
+		"map = [ { device = \"l*\", format = \"int16\" }, { device = \"plc\", tag = \"b\", format = \"raw\", address = 20 } ]\n" + mbDevs)
 	f.Add("a = [\n {x=1,\n y=2},\n]\n[[b]]\n[b.c]\n\"q\\\"k\" = '''x'''\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		cfg, err := Parse("f.toml", []byte(text))

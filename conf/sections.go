@@ -31,6 +31,7 @@ func (d *decoder) config(raw map[string]any) *Config {
 	cfg.Profiles = d.profiles(root.tables("profile"))
 	cfg.Devices = d.devices(root.tables("device"), cfg.Profiles, cfg.Poll)
 	cfg.Endpoints = d.endpoints(root.tables("endpoint"), cfg.Devices)
+	cfg.ModbusServers = d.modbusServers(root.tables("modbus_server"), cfg.Devices)
 	root.done()
 	return cfg
 }

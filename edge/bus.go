@@ -20,6 +20,7 @@ type bus struct {
 	devices []*device
 	busy    atomic.Int64 // Unix ns when the poll in progress started, 0 when waiting
 	wr      busWrites    // queued writes, done between polls (write.go)
+	pass    busPass      // queued pass-through requests, done between polls (passthrough.go)
 	// open retries the transport of a device that is down (Run sets it;
 	// tried is false while the transport's backoff has not passed).
 	open func(d *device) (tried bool, err error)
@@ -56,16 +57,17 @@ func (b *bus) stuck(now time.Time, limit time.Duration) error {
 //
 // The bus has no timer of its own: it tells clk when its next device is
 // due and sleeps until clk wakes it (with every other bus due then), a
-// write is queued, or ctx ends.
+// write or pass-through request is queued, or ctx ends. A pass-through
+// request (passthrough.go) is done while idle only when the next poll is
+// further away than the request's device timeout; otherwise it is held
+// and done right after that poll.
 func (b *bus) run(ctx context.Context, sink Sink, clk *clock) {
 	defer b.closeWriteConns()
 	defer clk.forget(b)
 	for {
-		d := b.devices[0]
-		for _, o := range b.devices[1:] {
-			if o.next.Before(d.next) {
-				d = o
-			}
+		d := b.earliest()
+		if b.passFits(ctx, d.next) {
+			continue
 		}
 		if time.Until(d.next) > RoundWindow {
 			clk.at(b, d.next)
@@ -75,15 +77,19 @@ func (b *bus) run(ctx context.Context, sink Sink, clk *clock) {
 			case <-b.wake:
 			case j := <-b.wr.queue:
 				b.serveWrite(j)
+			case j := <-b.passQueue():
+				b.pass.held = j // passFits does it if it fits before the poll
 			}
 			continue // early, late or stale wake-ups alike: look again
 		} else if ctx.Err() != nil {
 			return
 		}
+		b.pass.polls.Add(1)
 		b.busy.Store(time.Now().UnixNano())
 		b.pollOne(d, sink)
 		b.busy.Store(0)
 		b.serveQueuedWrite() // one waiting write even when polls leave no idle time
+		b.serveQueuedPass()  // and the pass-through requests that waited for this poll
 	}
 }
 

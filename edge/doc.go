@@ -28,7 +28,9 @@
 // (parallel mode; an endpoint has MaxConnections of them), every TCP device
 // (serial mode), or a serial port (RTU or ASCII) with all its units — and does every
 // request on it, with the endpoint's pause between them, writes included
-// (Write queues them to the bus goroutine, which does them between polls);
+// (Write queues them to the bus goroutine, which does them between polls,
+// and so does Pass with the requests of a Modbus server passing through:
+// passthrough.go says how they interleave with the polls);
 // these goroutines have no timer each: one clock (clock.go) wakes every bus
 // due within RoundWindow with one timer event. Every UDP device is polled
 // by one goroutine, the UDP round (round.go): one request per device in

@@ -141,6 +141,7 @@ func (s *Scheduler) initWrites() {
 	for _, b := range s.buses {
 		if b.wr.queue == nil {
 			b.wr.queue = make(chan *writeJob, WriteQueue)
+			b.pass.queue = make(chan *passJob, PassQueue) // passthrough.go
 		}
 		for _, d := range b.devices {
 			s.wr.busOf[d] = b
@@ -164,9 +165,10 @@ func (s *Scheduler) swapWrites(oldBuses []*bus, kept map[*bus]bool, swap func())
 	s.initWrites()
 }
 
-// drainWrites answers every write queued on b with "stopped" (b's goroutine
-// has exited).
+// drainWrites answers every write and pass-through request queued on b
+// with "stopped" (b's goroutine has exited).
 func drainWrites(b *bus, why string) {
+	drainPass(b, why)
 	for {
 		select {
 		case j := <-b.wr.queue:
@@ -335,6 +337,21 @@ func (s *Scheduler) prepareWrite(req WriteRequest) (*writeJob, *WriteError) {
 	}
 	j.raw, j.regs = raw, regs
 	return j, nil
+}
+
+// TagRegisters encodes v (in the tag's engineering unit) as the tag's own
+// registers, wire order: scale and offset undone, then the tag's type and
+// byte order, as a write would send them (a mirror serving raw registers).
+// Bool, coil and string tags have no such registers.
+func TagRegisters(t *Tag, v float64) ([]byte, error) {
+	if t.Type == Bool || t.Register == Coil || t.Register == Discrete {
+		return nil, fmt.Errorf("edge: tag %q: a %v on a %v has no registers of its own", t.Name, t.Type, t.Register)
+	}
+	raw, err := unscaled(t, v)
+	if err != nil {
+		return nil, fmt.Errorf("edge: tag %q: %w", t.Name, err)
+	}
+	return EncodeRegisters(t.Type, t.Order, raw)
 }
 
 // unscaled is the inverse of scaled: raw = (v-offset)/scale (a scale of 1/n

@@ -262,19 +262,21 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		qj = &queue{Mode: u.QueueMode, Corrupt: u.QueueCorrupt}
 	}
 	replyJSON(w, struct {
-		Gateway  string       `json:"gateway"`
-		Version  string       `json:"version"`
-		Seq      uint64       `json:"seq"`
-		Epoch    string       `json:"epoch"`
-		UptimeS  int64        `json:"uptime_s"`
-		Upstream upstreamJSON `json:"upstream"`
-		Queue    *queue       `json:"queue,omitempty"`
-		Clients  clients      `json:"clients"`
-		Refused  refusedJSON  `json:"refused"` // ratelimit.go
-		Ring     ringJSON     `json:"ring"`
-		Writes   bool         `json:"writes"` // POST /api/write is on (a write token is set)
-		Storage  *storageJSON `json:"storage,omitempty"`
+		Gateway  string             `json:"gateway"`
+		Version  string             `json:"version"`
+		Seq      uint64             `json:"seq"`
+		Epoch    string             `json:"epoch"`
+		UptimeS  int64              `json:"uptime_s"`
+		Upstream upstreamJSON       `json:"upstream"`
+		Queue    *queue             `json:"queue,omitempty"`
+		Clients  clients            `json:"clients"`
+		Refused  refusedJSON        `json:"refused"` // ratelimit.go
+		Ring     ringJSON           `json:"ring"`
+		Writes   bool               `json:"writes"` // POST /api/write is on (a write token is set)
+		Storage  *storageJSON       `json:"storage,omitempty"`
+		Modbus   []modbusServerJSON `json:"modbus_servers,omitempty"`
 	}{
+		Modbus:  modbusServersJSON(s.cfg.ModbusServers),
 		Storage: storage,
 		Queue:   qj,
 		Gateway: s.cfg.GatewayID, Version: s.cfg.Version, Seq: snap.Seq, Epoch: ringstore.FormatEpoch(snap.Epoch),

@@ -289,6 +289,7 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 			p.sample(m.name, m.v)
 		}
 	}
+	appendModbusServerMetrics(p, s.cfg.ModbusServers)
 	s.appendTagMetrics(p, devs, now) // metrics_tags.go: tag values, process and Go figures
 	appendProcessMetrics(p)
 	return p.b

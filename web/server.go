@@ -133,6 +133,9 @@ type Config struct {
 	HealthzHold time.Duration
 
 	Acquisition *stats.Acquisition // gateway-wide acquisition counters; nil: not shown
+	// ModbusServers: the counters of each [[modbus_server]], shown in
+	// /api/status and /metrics (modbusserver.go).
+	ModbusServers []*stats.ModbusServer
 
 	Logger *slog.Logger // nil: discard
 }

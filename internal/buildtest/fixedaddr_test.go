@@ -26,6 +26,8 @@ type addrUse struct{ file, addr, why string }
 var fixedAddrAllowed = []addrUse{
 	{"internal/buildtest/fixedaddr_test.go", "", "this allow-list"},
 	{"conf/", "", "conf parses and validates addresses into its tables and messages; it never dials or listens"},
+	{"edge/rates_test.go", "127.0.0.1:1", "a device built to test its read plan: newDevice never dials"},
+	{"rates_e2e_test.go", "127.0.0.1:1", "check prints the plan per rate without -poll: nothing dials it"},
 	{"install_e2e_test.go", "0.0.0.0:8080", "text of the installed example that the test looks for and replaces"},
 	{"install_e2e_test.go", "127.0.0.1:1883", "text of the installed example that the test looks for and replaces"},
 	{"check_tags_test.go", "127.0.0.1:1502", "only `edgegw check` reads this config, and check never dials a device"},

@@ -18,10 +18,10 @@ const module = "edgegw"
 
 // The packages the README's rules name (besides those its table tags).
 var (
-	houseRoles    = []string{"edge", "web", "push"}          // never depend on each other
-	houseMainOnly = []string{"conf", "internal/sdnotify"}    // imported by main alone
-	houseLabMods  = []string{"github.com/mochi-mqtt/server"} // never in the gateway build
-	houseLeaves   = []string{"tagtype"}                      // import only the standard library
+	houseRoles    = []string{"edge", "web", "push", "mbserver"} // never depend on each other
+	houseMainOnly = []string{"conf", "internal/sdnotify"}       // imported by main alone
+	houseLabMods  = []string{"github.com/mochi-mqtt/server"}    // never in the gateway build
+	houseLeaves   = []string{"tagtype"}                         // import only the standard library
 )
 
 // TestHouse holds the code to the README's Architecture section: every
