@@ -208,7 +208,7 @@ func TestReleaseTarballReproducible(t *testing.T) {
 // sizeBudgetARMv7 mirrors SIZE_BUDGET_ARMV7 in build/build.mk: the armv7
 // gateway binary (everything a gateway runs; the lab is in edgegw-lab) must
 // not be above it (small flash).
-const sizeBudgetARMv7 = 7_900_000
+const sizeBudgetARMv7 = 8_200_000
 
 func TestSizeBudgetARMv7(t *testing.T) {
 	fi, err := os.Stat(binary(t, "armv7"))
