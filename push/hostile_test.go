@@ -28,6 +28,7 @@ type hostile struct {
 	handAt  []time.Time // when each handshake was answered (server side)
 	batches int         // messages read
 	closed  bool        // the test's cleanup waits for the connections
+	conns   map[*websocket.Conn]bool
 }
 
 // hostile behaviours: what a receiver does after the handshake.
@@ -79,7 +80,7 @@ func startHostile(t *testing.T, serve func(h *hostile, c *websocket.Conn)) (h *h
 	if err != nil {
 		t.Fatal(err)
 	}
-	h = &hostile{addr: ln.Addr().String()}
+	h = &hostile{addr: ln.Addr().String(), conns: map[*websocket.Conn]bool{}}
 	var conns sync.WaitGroup
 	up := websocket.Upgrader{}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -94,19 +95,32 @@ func startHostile(t *testing.T, serve func(h *hostile, c *websocket.Conn)) (h *h
 			return
 		}
 		h.handAt = append(h.handAt, time.Now())
+		h.conns[c] = true
 		conns.Add(1)
 		h.mu.Unlock()
 		defer conns.Done()
-		defer c.Close()
+		defer func() {
+			h.mu.Lock()
+			delete(h.conns, c)
+			h.mu.Unlock()
+			c.Close()
+		}()
 		serve(h, c)
 	})}
 	served := make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(ln) }()
 	var once sync.Once
+	// stop is the receiver process dying: the listener and every
+	// connection close (srv.Close leaves hijacked connections open).
 	stop = func() {
 		once.Do(func() {
-			srv.Close() // hijacked connections: the pusher's close ends their reads
+			srv.Close()
 			testenv.Closed(t, served, 5*time.Second, "hostile receiver's Serve")
+			h.mu.Lock()
+			for c := range h.conns {
+				_ = c.Close()
+			}
+			h.mu.Unlock()
 		})
 	}
 	t.Cleanup(func() {
@@ -261,7 +275,11 @@ func TestHostileThenGoodReceiver(t *testing.T) {
 	st := new(stats.Upstream)
 	var logs logLines
 	w := wsConfig(h.addr, "")
-	w.AckTimeout = time.Second
+	// The good receiver's session must not end on an ack it sends late on
+	// a loaded machine (its resend would store samples over both paths).
+	// MQTT takes over once the first hostile session has failed on the
+	// ack timeout; the later one ends when the hostile receiver dies.
+	w.AckTimeout = loadedAckTimeout
 	w.ReconnectMin, w.ReconnectMax = 40*time.Millisecond, 320*time.Millisecond
 	p, err := New(Config{GatewayID: gwID, WS: w, Queue: g.q, State: st, Logger: logs.logger(),
 		MQTT: MQTTConfig{Broker: "tcp://" + mosq.Addr, FallbackAfter: 300 * time.Millisecond, NoPerTagTopics: true,
@@ -271,14 +289,21 @@ func TestHostileThenGoodReceiver(t *testing.T) {
 	}
 	first := g.ring.Seq() + 1
 	runPusher(t, p)
-	prod := startProducer(g, 600)
+	prod := startProducer(g, 1<<30) // until websocket has taken over
 	defer prod.stop()
-	waitFor(t, 20*time.Second, "mqtt takes over", func() bool { return path(st) == stats.PathMQTT && viaMQTT.Stats().Samples >= 100 })
+	// a session holds the stream until it fails: twice the ack timeout
+	waitFor(t, 2*w.AckTimeout+20*time.Second, "mqtt takes over", func() bool { return path(st) == stats.PathMQTT && viaMQTT.Stats().Samples >= 100 })
+	waitFor(t, 20*time.Second, "a session with the hostile receiver", func() bool { return len(h.handshakes()) > 0 })
 	stopHostile()
 	r := receiver.New(receiver.Config{Listen: h.addr, Out: &wsOut, Logger: testLogger(t)})
 	serveReceiver(t, r)
 	waitFor(t, 20*time.Second, "websocket takes over", func() bool { return path(st) == stats.PathWebSocket && r.Stats().Samples > 0 })
-	testenv.Closed(t, prod.done, 20*time.Second, "the producer's 600 polls")
+	if s := st.Snapshot(); s.WSSessionsFailed < 1 {
+		t.Errorf("the hostile receiver's session(s) not counted failed: %+v", s)
+	}
+	n := r.Stats().Samples
+	waitFor(t, 20*time.Second, "100 more samples over websocket", func() bool { return r.Stats().Samples >= n+100 })
+	prod.stop()
 	last := g.ring.Seq()
 	waitFor(t, 20*time.Second, "queue drained", func() bool { return g.q.Stats().Samples == 0 })
 	count := map[uint64]int{}

@@ -274,7 +274,9 @@ func TestModeAlwaysMirrors(t *testing.T) {
 	})
 	g := newGateway(t, "")
 	st := new(stats.Upstream)
-	p, err := New(Config{GatewayID: gwID, WS: wsConfig(addr.String(), ""),
+	w := wsConfig(addr.String(), "")
+	w.AckTimeout = loadedAckTimeout // one session throughout: a late ack must not end it
+	p, err := New(Config{GatewayID: gwID, WS: w,
 		MQTT:  MQTTConfig{Broker: "tcp://" + baddr.String(), Mode: ModeAlways, NoPerTagTopics: true},
 		Queue: g.q, State: st, Logger: testLogger(t)})
 	if err != nil {
@@ -286,7 +288,7 @@ func TestModeAlwaysMirrors(t *testing.T) {
 	first := g.ring.Seq() + 1
 	prod := startProducer(g, 50)
 	prod.finished(30 * time.Second)
-	waitFor(t, 5*time.Second, "both paths got everything", func() bool {
+	waitFor(t, 30*time.Second, "both paths got everything", func() bool {
 		return r.Stats().Samples == 100 && viaMQTT.Stats().Samples == 100
 	})
 	if path(st) != stats.PathWebSocket || r.Stats().Connections != 1 {

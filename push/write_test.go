@@ -80,6 +80,7 @@ func uplink(t *testing.T, w Writer, tune func(*Config)) (*receiver.Receiver, *Pu
 	addr, _ := serveReceiver(t, r)
 	g := newGateway(t, "")
 	cfg := Config{GatewayID: gwID, WS: wsConfig(addr.String(), "tok"), Queue: g.q, Logger: testLogger(t)}
+	cfg.WS.AckTimeout = loadedAckTimeout // a late ack must not drop the connection the writes ride on
 	if w != nil {
 		cfg.Writer = w
 	}
