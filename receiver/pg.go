@@ -110,7 +110,7 @@ func (s *store) migrate(ctx context.Context) error {
 		return fmt.Errorf("receiver: postgres: %w", err)
 	}
 	defer conn.Release()
-	const lock = 0x656467656777 // "edgegw"
+	const lock int64 = 0x656467656777 // "edgegw" (int64: PostgreSQL's bigint, and the lab builds for armv7 too)
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lock); err != nil {
 		return fmt.Errorf("receiver: postgres: %w", err)
 	}
