@@ -27,7 +27,7 @@ GO=${GO:-go}
 MAKE=${MAKE:-make}
 TESTFLAGS=${TESTFLAGS:--race -p 1 -timeout 15m}
 SCHED_PKGS=${SCHED_PKGS:-edgegw edgegw/edge/... edgegw/web/...}
-ROOT_B=${ROOT_B:-'^(TestCheck.*|TestReadCommandByteOrders|TestScan.*|TestParseUnits|TestStartupRefusalsNeverPanic|TestVersion|TestBasicAuthFromConfig|TestRingSizeByRate|TestWebLimitsMapping|TestWebFallbacksAreConfDefaults|TestFaultFreshInstallStarts|TestFaultCheckAndRunAgreeOnMissingFile|TestPowerLossIsReported|TestEpoch.*|TestSparkplug.*|TestDemoSparkplug|TestWireBytesReportByException|TestUplinkBytes|TestMQTTBrokerClusterFailover|TestWebSocketURLsFailoverE2E)$'}
+ROOT_B=${ROOT_B:-'^(TestCheck.*|TestReadCommandByteOrders|TestScan.*|TestParseUnits|TestStartupRefusalsNeverPanic|TestVersion|TestBasicAuthFromConfig|TestRingSizeByRate|TestWebLimitsMapping|TestWebFallbacksAreConfDefaults|TestFaultFreshInstallStarts|TestFaultCheckAndRunAgreeOnMissingFile|TestPowerLossIsReported|TestEpoch.*|TestSparkplug.*|TestDemoSparkplug|TestWireBytesReportByException|TestUplinkBytes|TestMQTTBrokerClusterFailover|TestWebSocketURLsFailoverE2E|TestHostileReceiver.*|TestAcceptErrorsLoggedE2E)$'}
 rm -rf "$logdir" && mkdir -p "$logdir"
 
 sched=$($GO list $SCHED_PKGS) || exit 1
