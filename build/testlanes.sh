@@ -5,18 +5,19 @@
 #   build/testlanes.sh LOGDIR
 #
 # Lane A runs the packages whose tests measure scheduling on real sockets
-# (SCHED_PKGS: the root's end-to-end tests, edge, web), one package at a
-# time, so that two of them never share the machine. Lane B runs every
-# other package (bench's soak and smokes among them), one at a time, then
-# every fuzz target for FUZZTIME inputs and the pure tests under qemu. So each scheduling test runs beside
-# at most one other test binary or build: the tests must pass under that
+# (SCHED_PKGS: the root's end-to-end tests, edge, web, mbserver), one
+# package at a time, so that two of them never share the machine. The rest
+# (every other package, bench's soak and smokes among them, every fuzz
+# target for FUZZTIME inputs, the pure tests under qemu) is a queue that
+# lane B works from the start and lane A joins when it is done. So each
+# scheduling test runs beside at most one other test binary or build: the tests must pass under that
 # load (and do under make test-loaded, which adds a CPU-bound process).
 #
 # The root package holds both kinds: its end-to-end tests that check
 # scheduling (windows kept under a flood, a reload, resumes) run in lane A,
 # those that check what a command prints, what is stored or what crosses a
-# protocol (ROOT_B, a regexp of whole test names) in lane B after the other
-# packages, so that the two halves of the longest package run side by side.
+# protocol (ROOT_B, a regexp of whole test names) are the queue's first item,
+# so that the two halves of the longest package run side by side.
 #
 # Environment: GO, TESTFLAGS (go test flags, -p 1 included), SCHED_PKGS,
 # ROOT_B, MAKE (for fuzz-brief and test-qemu). Exit status: non-zero when any
@@ -45,6 +46,34 @@ step() {
 	return "$rc"
 }
 
+# The work that checks no scheduling is a queue both lanes take from, the
+# longest first: lane B from the start, lane A once its scheduling-checking
+# packages are done. An item is claimed by mkdir (atomic), so each runs once.
+# shellcheck disable=SC2086
+big=$(printf '%s\n' $rest | grep -xE 'edgegw/internal/buildtest|edgegw/bench')
+small=$(printf '%s\n' $rest | grep -vxE 'edgegw/internal/buildtest|edgegw/bench')
+queue=()
+if printf '%s\n' $sched | grep -qx edgegw; then
+	queue+=("gotest-root-b|$GO test $TESTFLAGS -run '$ROOT_B' edgegw")
+fi
+for p in $big; do
+	queue+=("gotest-${p##*/}|$GO test $TESTFLAGS $p")
+done
+queue+=("gotest-rest|$GO test $TESTFLAGS $(echo $small)")
+queue+=("fuzz-brief|$MAKE --no-print-directory fuzz-brief")
+queue+=("test-qemu|$MAKE --no-print-directory test-qemu")
+
+# work LANE: runs every queue item no lane has claimed yet.
+work() {
+	local lane=$1 rc=0 i name cmd
+	for i in "${!queue[@]}"; do
+		mkdir "$logdir/claim.$i" 2>/dev/null || continue
+		name=${queue[$i]%%|*} cmd=${queue[$i]#*|}
+		step "$name" "$lane" sh -c "$cmd" || rc=1
+	done
+	return $rc
+}
+
 laneA() {
 	local rc=0 others
 	others=$(printf '%s\n' $sched | grep -vx edgegw)
@@ -54,18 +83,11 @@ laneA() {
 	fi
 	# shellcheck disable=SC2086
 	step gotest-sched A $GO test $TESTFLAGS $others || rc=1
+	work A || rc=1
 	return $rc
 }
 laneB() {
-	local rc=0
-	# shellcheck disable=SC2086
-	step gotest-rest B $GO test $TESTFLAGS $rest || rc=1
-	if printf '%s\n' $sched | grep -qx edgegw; then
-		step gotest-root-b B $GO test $TESTFLAGS -run "$ROOT_B" edgegw || rc=1
-	fi
-	step fuzz-brief B $MAKE --no-print-directory fuzz-brief || rc=1
-	step test-qemu B $MAKE --no-print-directory test-qemu || rc=1
-	return $rc
+	work B
 }
 
 t0=$SECONDS
