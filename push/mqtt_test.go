@@ -296,6 +296,9 @@ func TestModeAlwaysMirrors(t *testing.T) {
 	}
 	checkExactlyOnce(t, wsOut.seqs(t, gwID), first, first+99)
 	checkExactlyOnce(t, mqttOut.seqs(t, gwID), first, first+99)
+	// the receiver has stored everything; its last ack may still be on its
+	// way to the gateway, which counts a batch sent when the ack arrives
+	waitFor(t, 30*time.Second, "the gateway counting the last acked batch", func() bool { return st.Snapshot().SentWS >= 100 })
 	stop()
 	if s := st.Snapshot(); s.SentWS != 100 || s.SentMQTT != 0 {
 		t.Fatalf("state: %+v (mirrored batches are not counted as sent over MQTT)", s)
