@@ -120,15 +120,7 @@ func runSched(t *testing.T, devs []edge.DeviceConfig, ring *ringstore.Ring) *edg
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := testenv.Recv(t, done, stopLimit, "the scheduler to stop"); err != nil {
-			t.Error(err)
-		}
-	})
+	testenv.RunUntilEnd(t, stopLimit, "the scheduler", s.Run)
 	return s
 }
 

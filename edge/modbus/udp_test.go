@@ -1,7 +1,6 @@
 package modbus
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -67,16 +66,8 @@ func startSocket(t testing.TB) *UDPSocket {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := testenv.Recv(t, done, stopLimit, "the udp socket's Run to return"); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		s.Close()
-	})
+	t.Cleanup(func() { s.Close() }) // after Run has returned (cleanups run last first)
+	testenv.RunUntilEnd(t, stopLimit, "the udp socket's Run", s.Run)
 	return s
 }
 

@@ -351,3 +351,19 @@ func NeedFiles(t testing.TB, n uint64) {
 	}
 	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
 }
+
+// RunUntilEnd runs run(ctx) in a goroutine until the test ends: its cleanup
+// cancels ctx and waits at most limit for run to return (naming what it
+// waited for), failing the test when run returned an error.
+func RunUntilEnd(t testing.TB, limit time.Duration, what string, run func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := Recv(t, done, limit, what+" to return"); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	})
+}
