@@ -13,10 +13,10 @@ BUILD     := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDF
 GWFLAGS   := $(shell grep -v '^\#' build/gateway.flags)
 BUILD_GW  := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false $(GWFLAGS) -ldflags "$(LDFLAGS)"
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) env GOPATH)/bin/staticcheck)
-# -p 1: one test binary at a time in each of make test's two lanes
+# -p 1: one test binary at a time in each of make test's lanes
 # (build/testlanes.sh): lane A runs the packages whose tests check
-# scheduling on real sockets (SCHED_PKGS), one at a time; lane B every
-# other package, then the fuzz targets and the qemu tests.
+# scheduling on real sockets (SCHED_PKGS), one at a time; QUEUE_LANES more
+# lanes (2) every other package, the fuzz targets and the qemu tests.
 TESTFLAGS ?= -race -p 1 -timeout 15m
 SCHED_PKGS ?= edgegw edgegw/edge/... edgegw/web/... edgegw/mbserver/...
 TESTLOG   ?= dist/testlog
@@ -68,7 +68,7 @@ lint: fmtcheck vet ## gofmt check, go vet, staticcheck
 
 test: lint gotest ## the whole suite: lint, go test -race on every package, 2000 inputs of each fuzz target, pure tests under qemu (arm64, armv7); ends with each package's time
 
-gotest: ## go test -race ./..., fuzz-brief and test-qemu in two lanes side by side (build/testlanes.sh), then each package's time
+gotest: ## go test -race ./..., fuzz-brief and test-qemu in lanes side by side (build/testlanes.sh), then each package's time
 	GO=$(GO) MAKE=$(MAKE) TESTFLAGS="$(TESTFLAGS)" SCHED_PKGS="$(SCHED_PKGS)" build/testlanes.sh $(TESTLOG)
 
 test-loaded: ## make test with one CPU-bound process beside it for the whole run (started and stopped here); no cached test result counts

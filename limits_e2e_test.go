@@ -221,7 +221,7 @@ func TestDefaultLimitsE2E(t *testing.T) {
 		return m
 	}
 	mixedAt := time.Now()
-	waitFor(t, 120*time.Second, "30 replies to every short poller", func() bool {
+	waitFor(t, 240*time.Second, "30 replies to every short poller", func() bool {
 		return minShort() >= 30 || gwBin == bin && longBad.Load()+shortBad.Load() > 0 ||
 			gwBin != bin && time.Since(mixedAt) > 30*time.Second // another build: 30 s of figures
 	})

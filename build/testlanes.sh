@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# testlanes.sh: the go test part of make test, in two lanes run side by side
-# on the 2 cores, then a table of what each step took.
+# testlanes.sh: the go test part of make test, in lanes run side by side on
+# the 2 cores, then a table of what each step took.
 #
 #   build/testlanes.sh LOGDIR
 #
@@ -9,9 +9,13 @@
 # package at a time, so that two of them never share the machine. The rest
 # (every other package, bench's soak and smokes among them, every fuzz
 # target for FUZZTIME inputs, the pure tests under qemu) is a queue that
-# lane B works from the start and lane A joins when it is done. So each
-# scheduling test runs beside at most one other test binary or build: the tests must pass under that
-# load (and do under make test-loaded, which adds a CPU-bound process).
+# QUEUE_LANES lanes (B, C, ...; 2 by default) work from the start and lane A
+# joins when it is done. Most of the suite waits on real time (intervals,
+# timeouts, processes starting): two lanes kept the 2 cores ~40% busy and
+# made the run as long as its two longest chains. So each scheduling test
+# runs beside up to QUEUE_LANES other test binaries or builds: the tests
+# must pass under that load (and do under make test-loaded, which adds a
+# CPU-bound process).
 #
 # The root package holds both kinds: its end-to-end tests that check
 # scheduling (windows kept under a flood, a reload, resumes) run in lane A,
@@ -20,8 +24,8 @@
 # so that the two halves of the longest package run side by side.
 #
 # Environment: GO, TESTFLAGS (go test flags, -p 1 included), SCHED_PKGS,
-# ROOT_B, MAKE (for fuzz-brief and test-qemu). Exit status: non-zero when any
-# step failed; both lanes always run to the end.
+# ROOT_B, QUEUE_LANES, MAKE (for fuzz-brief and test-qemu). Exit status:
+# non-zero when any step failed; every lane always runs to the end.
 set -uo pipefail
 logdir=${1:?usage: testlanes.sh LOGDIR}
 GO=${GO:-go}
@@ -29,10 +33,21 @@ MAKE=${MAKE:-make}
 TESTFLAGS=${TESTFLAGS:--race -p 1 -timeout 15m}
 SCHED_PKGS=${SCHED_PKGS:-edgegw edgegw/edge/... edgegw/web/...}
 ROOT_B=${ROOT_B:-'^(TestCheck.*|TestReadCommandByteOrders|TestScan.*|TestParseUnits|TestStartupRefusalsNeverPanic|TestVersion|TestBasicAuthFromConfig|TestRingSizeByRate|TestWebLimitsMapping|TestWebFallbacksAreConfDefaults|TestFaultFreshInstallStarts|TestFaultCheckAndRunAgreeOnMissingFile|TestPowerLossIsReported|TestEpoch.*|TestSparkplug.*|TestDemoSparkplug|TestWireBytesReportByException|TestUplinkBytes|TestMQTTBrokerClusterFailover|TestWebSocketURLsFailoverE2E|TestHostileReceiver.*|TestAcceptErrorsLoggedE2E)$'}
+QUEUE_LANES=${QUEUE_LANES:-2}
 rm -rf "$logdir" && mkdir -p "$logdir"
 
 sched=$($GO list $SCHED_PKGS) || exit 1
 rest=$($GO list ./... | grep -vxF -f <(printf '%s\n' $sched)) || exit 1
+
+# gotest ARGS...: go test with TESTFLAGS and ARGS, its output the plain one
+# (build/gotestjson.py) and each top-level test's seconds kept in
+# LOGDIR/tests.tsv; the exit status is go test's.
+here=$(cd "$(dirname "$0")" && pwd)
+gotest() {
+	# shellcheck disable=SC2086
+	$GO test -json $TESTFLAGS "$@" | python3 "$here/gotestjson.py" "$logdir/tests.tsv"
+	return "${PIPESTATUS[0]}"
+}
 
 # step NAME LANE CMD...: runs CMD with its output prefixed by [LANE] and
 # kept in LOGDIR/NAME.log; records NAME's exit status and seconds.
@@ -46,20 +61,20 @@ step() {
 	return "$rc"
 }
 
-# The work that checks no scheduling is a queue both lanes take from, the
-# longest first: lane B from the start, lane A once its scheduling-checking
+# The work that checks no scheduling is a queue every lane takes from, the
+# longest first: lanes B, C... from the start, lane A once its scheduling-checking
 # packages are done. An item is claimed by mkdir (atomic), so each runs once.
 # shellcheck disable=SC2086
 big=$(printf '%s\n' $rest | grep -xE 'edgegw/internal/buildtest|edgegw/bench')
 small=$(printf '%s\n' $rest | grep -vxE 'edgegw/internal/buildtest|edgegw/bench')
 queue=()
 if printf '%s\n' $sched | grep -qx edgegw; then
-	queue+=("gotest-root-b|$GO test $TESTFLAGS -run '$ROOT_B' edgegw")
+	queue+=("gotest-root-b|gotest -run '$ROOT_B' edgegw")
 fi
 for p in $big; do
-	queue+=("gotest-${p##*/}|$GO test $TESTFLAGS $p")
+	queue+=("gotest-${p##*/}|gotest $p")
 done
-queue+=("gotest-rest|$GO test $TESTFLAGS $(echo $small)")
+queue+=("gotest-rest|gotest $(echo $small)")
 queue+=("fuzz-brief|$MAKE --no-print-directory fuzz-brief")
 queue+=("test-qemu|$MAKE --no-print-directory test-qemu")
 
@@ -69,7 +84,7 @@ work() {
 	for i in "${!queue[@]}"; do
 		mkdir "$logdir/claim.$i" 2>/dev/null || continue
 		name=${queue[$i]%%|*} cmd=${queue[$i]#*|}
-		step "$name" "$lane" sh -c "$cmd" || rc=1
+		step "$name" "$lane" eval "$cmd" || rc=1
 	done
 	return $rc
 }
@@ -79,36 +94,38 @@ laneA() {
 	others=$(printf '%s\n' $sched | grep -vx edgegw)
 	# shellcheck disable=SC2086
 	if printf '%s\n' $sched | grep -qx edgegw; then
-		step gotest-root-a A $GO test $TESTFLAGS -skip "$ROOT_B" edgegw || rc=1
+		step gotest-root-a A gotest -skip "$ROOT_B" edgegw || rc=1
 	fi
 	# shellcheck disable=SC2086
-	step gotest-sched A $GO test $TESTFLAGS $others || rc=1
+	step gotest-sched A gotest $others || rc=1
 	work A || rc=1
 	return $rc
 }
-laneB() {
-	work B
-}
-
 t0=$SECONDS
 laneA &
-a=$!
-laneB &
-b=$!
-rcA=0 rcB=0
-wait $a || rcA=$?
-wait $b || rcB=$?
+pids=($!)
+for l in B C D E F; do
+	[ ${#pids[@]} -gt "$QUEUE_LANES" ] && break
+	work $l &
+	pids+=($!)
+done
+status=0
+for p in "${pids[@]}"; do
+	wait "$p" || status=1
+done
 
 echo
-echo "== make test: time per package (go test's own figure; lane A one package at a time beside lane B)"
+echo "== make test: time per package (go test's own figure; lane A one package at a time beside lanes B..)"
 cat "$logdir"/gotest-*.log | awk '$2 == "ok" || $2 == "FAIL" {
 	if ($4 ~ /s$/) { t = $4; sub(/s$/, "", t); printf "%9.1f s  %-4s %s %s\n", t, $2, $1, $3 } }' | sort -rn
+echo "== the 15 slowest tests (seconds, package, test, result)"
+sort -rn "$logdir/tests.tsv" 2>/dev/null | head -15 | awk -F'\t' '{ printf "%9.1f s  %-4s %s %s\n", $1, $4, $2, $3 }'
 echo "== steps (wall time)"
 while read -r name rc secs; do
 	printf '%6d s  %-14s %s\n' "$secs" "$name" "$([ "$rc" = 0 ] && echo ok || echo "FAILED (exit $rc)")"
 done <"$logdir/steps"
-printf '%6d s  %s\n' "$((SECONDS - t0))" "both lanes"
+printf '%6d s  %s\n' "$((SECONDS - t0))" "all lanes"
 pass=$(cat "$logdir"/gotest-*.log | awk '$2 == "ok"' | wc -l)
 fail=$(cat "$logdir"/gotest-*.log | awk '$2 == "FAIL" && $4 ~ /s$/' | wc -l)
 echo "packages: $pass passed, $fail failed"
-[ $rcA = 0 ] && [ $rcB = 0 ]
+[ "$status" = 0 ]
