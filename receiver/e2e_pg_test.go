@@ -141,11 +141,17 @@ type e2eGateway struct {
 	p                  *eproc
 }
 
-func (g *e2eGateway) writeConfig(t *testing.T, upstream string, fleet *sim.Fleet, devices int) {
+// upstreams are the receivers' addresses in the gateway's urls, in order
+// (back to the first after primary_retry).
+func (g *e2eGateway) writeConfig(t *testing.T, upstreams []string, fleet *sim.Fleet, devices int) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "allow_empty = true\n[gateway]\nid = %q\ndata_dir = %q\n[http]\nlisten = \"127.0.0.1:0\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", g.id, filepath.Join(g.dir, "data"))
-	fmt.Fprintf(&b, "[upstream.websocket]\nurl = \"ws://%s/ingest\"\nbatch_wait = \"100ms\"\n", upstream)
+	var urls []string
+	for _, u := range upstreams {
+		urls = append(urls, fmt.Sprintf("%q", "ws://"+u+"/ingest"))
+	}
+	fmt.Fprintf(&b, "[upstream.websocket]\nurls = [%s]\nprimary_retry = \"10s\"\nbatch_wait = \"100ms\"\n", strings.Join(urls, ", "))
 	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
 	for i := 0; i < devices; i++ {
 		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = \"100ms\"\ntimeout = \"80ms\"\n", i+1, fleet.Addr(i%fleet.Len()))
@@ -168,6 +174,8 @@ type gwStatus struct {
 	Upstream struct {
 		Path         string `json:"path"`
 		QueueSamples int64  `json:"queue_samples"`
+		WSURL        string `json:"ws_url"`
+		MQTTBroker   string `json:"mqtt_broker"`
 	} `json:"upstream"`
 }
 
@@ -197,10 +205,10 @@ func getQuiet(url string) (int, string) {
 // stopAcquiring reloads every gateway without devices (allow_empty), waits
 // until each has its sequence still and its queue empty (everything
 // acked), and returns each one's last seq: the samples it acquired.
-func stopAcquiring(t *testing.T, gws []*e2eGateway, upstream string, fleet *sim.Fleet, limit time.Duration) map[string]uint64 {
+func stopAcquiring(t *testing.T, gws []*e2eGateway, upstreams []string, fleet *sim.Fleet, limit time.Duration) map[string]uint64 {
 	t.Helper()
 	for _, g := range gws {
-		g.writeConfig(t, upstream, fleet, 0)
+		g.writeConfig(t, upstreams, fleet, 0)
 		_ = g.p.cmd.Process.Signal(syscall.SIGHUP)
 	}
 	acquired := map[string]uint64{}
@@ -267,8 +275,8 @@ func haproxyConfig(listen string, rs []*recvProc) string {
 	return b.String()
 }
 
-// Three receivers behind HAProxy, each killed with SIGKILL and started
-// again in turn while the gateways run: afterwards every gateway's
+// Three receivers behind HAProxy and also in the gateways' urls after it,
+// each killed with SIGKILL and started again in turn while the gateways run: afterwards every gateway's
 // acquired samples are in the table exactly once, and gaps finds no hole.
 // make test runs 4 gateways for ~40 s with a kill every 8 s; EDGEGW_FULL=1
 // runs 20 gateways for 3 minutes with a kill every 15 s.
@@ -297,11 +305,19 @@ func TestE2EReceiversKilledBehindHAProxy(t *testing.T) {
 		code, _ := getQuiet("http://" + front + "/healthz")
 		return code == 200
 	})
+	// The gateways dial HAProxy first, and each receiver directly after it
+	// in their urls: HAProxy's backend down (between a kill and its health
+	// check) sends them on down the list, and back to HAProxy after
+	// primary_retry.
+	upstreams := []string{front}
+	for _, r := range rs {
+		upstreams = append(upstreams, r.addr)
+	}
 	var gws []*e2eGateway
 	for i := 1; i <= gateways; i++ {
 		g := &e2eGateway{id: fmt.Sprintf("gw-%02d", i), dir: t.TempDir()}
 		g.cfg = filepath.Join(g.dir, "edgegw.toml")
-		g.writeConfig(t, front, fleet, devices)
+		g.writeConfig(t, upstreams, fleet, devices)
 		startGatewayProc(t, lab, g)
 		gws = append(gws, g)
 	}
@@ -310,6 +326,7 @@ func TestE2EReceiversKilledBehindHAProxy(t *testing.T) {
 	})
 	start := time.Now()
 	kills := 0
+	on := map[string]int{} // the url each gateway is on, looked at after each restart
 	for k := 0; time.Since(start) < run; k++ {
 		tick := time.NewTimer(every)
 		testenv.Recv(t, tick.C, every+time.Second, "the kill period")
@@ -317,9 +334,14 @@ func TestE2EReceiversKilledBehindHAProxy(t *testing.T) {
 		r.p.kill()
 		kills++
 		startReceiverProc(t, rbin, db.URL(), r)
+		for _, g := range gws {
+			if s, ok := g.status(t); ok {
+				on[s.Upstream.WSURL]++
+			}
+		}
 	}
-	t.Logf("%d receiver kills over %v", kills, time.Since(start).Round(time.Second))
-	acquired := stopAcquiring(t, gws, front, fleet, 120*time.Second)
+	t.Logf("%d receiver kills over %v; gateways seen on %v", kills, time.Since(start).Round(time.Second), on)
+	acquired := stopAcquiring(t, gws, upstreams, fleet, 120*time.Second)
 	checkStored(t, db, rbin, acquired)
 	for _, g := range gws {
 		g.p.term(20 * time.Second)
@@ -338,7 +360,7 @@ func TestE2EDatabaseOutage(t *testing.T) {
 	startReceiverProc(t, rbin, db.URL(), r)
 	g := &e2eGateway{id: "gw-db", dir: t.TempDir()}
 	g.cfg = filepath.Join(g.dir, "edgegw.toml")
-	g.writeConfig(t, r.addr, fleet, 10)
+	g.writeConfig(t, []string{r.addr}, fleet, 10)
 	startGatewayProc(t, lab, g)
 	testenv.WaitFor(t, 60*time.Second, "samples stored", func() bool {
 		n, _ := strconv.Atoi(db.Psql("SELECT count(*) FROM edgegw_samples"))
@@ -370,7 +392,7 @@ func TestE2EDatabaseOutage(t *testing.T) {
 		t.Fatalf("batches acked while the database was down: %s, then %s", before, after)
 	}
 	db.Restart()
-	acquired := stopAcquiring(t, []*e2eGateway{g}, r.addr, fleet, 120*time.Second)
+	acquired := stopAcquiring(t, []*e2eGateway{g}, []string{r.addr}, fleet, 120*time.Second)
 	checkStored(t, db, rbin, acquired)
 	g.p.term(20 * time.Second)
 	r.p.term(10 * time.Second)
