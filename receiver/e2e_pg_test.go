@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -123,29 +124,42 @@ func (p *eproc) term(limit time.Duration) {
 	testenv.Closed(p.t, p.done, limit, p.name+" to exit after SIGTERM")
 }
 
-// recvProc is one edgegw-receiver on a fixed port (kept across restarts).
+// recvProc is one edgegw-receiver on a fixed port (kept across restarts);
+// args are its flags after -listen, -postgres and -id.
 type recvProc struct {
 	id, addr string
+	args     []string
 	p        *eproc
 }
 
 func startReceiverProc(t *testing.T, bin, db string, r *recvProc) {
 	t.Helper()
-	r.p = startE(t, r.id, bin, "-listen", r.addr, "-postgres", db, "-id", r.id)
+	r.p = startE(t, r.id, append([]string{bin, "-listen", r.addr, "-postgres", db, "-id", r.id}, r.args...)...)
 	r.p.waitLine("receiving on", 30*time.Second)
 }
 
-// e2eGateway is one lab gateway polling the shared simulated loggers.
+// e2eGateway is one lab gateway polling the shared simulated loggers;
+// mqtt, if set, is its [upstream.mqtt] section (MQTT fallback after 1 s
+// without a WebSocket).
 type e2eGateway struct {
-	id, dir, cfg, page string
-	p                  *eproc
+	id, dir, cfg, page, mqtt string
+	p                        *eproc
 }
 
-func (g *e2eGateway) writeConfig(t *testing.T, upstream string, fleet *sim.Fleet, devices int) {
+// upstreams are the receivers' addresses in the gateway's urls, in order
+// (back to the first after primary_retry).
+func (g *e2eGateway) writeConfig(t *testing.T, upstreams []string, fleet *sim.Fleet, devices int) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "allow_empty = true\n[gateway]\nid = %q\ndata_dir = %q\n[http]\nlisten = \"127.0.0.1:0\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n", g.id, filepath.Join(g.dir, "data"))
-	fmt.Fprintf(&b, "[upstream.websocket]\nurl = \"ws://%s/ingest\"\nbatch_wait = \"100ms\"\n", upstream)
+	var urls []string
+	for _, u := range upstreams {
+		urls = append(urls, fmt.Sprintf("%q", "ws://"+u+"/ingest"))
+	}
+	fmt.Fprintf(&b, "[upstream.websocket]\nurls = [%s]\nprimary_retry = \"10s\"\nbatch_wait = \"100ms\"\n", strings.Join(urls, ", "))
+	if g.mqtt != "" {
+		b.WriteString("fallback_after = \"1s\"\n" + g.mqtt)
+	}
 	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
 	for i := 0; i < devices; i++ {
 		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = \"100ms\"\ntimeout = \"80ms\"\n", i+1, fleet.Addr(i%fleet.Len()))
@@ -168,6 +182,8 @@ type gwStatus struct {
 	Upstream struct {
 		Path         string `json:"path"`
 		QueueSamples int64  `json:"queue_samples"`
+		WSURL        string `json:"ws_url"`
+		MQTTBroker   string `json:"mqtt_broker"`
 	} `json:"upstream"`
 }
 
@@ -178,6 +194,18 @@ func (g *e2eGateway) status(t *testing.T) (gwStatus, bool) {
 		return s, false
 	}
 	return s, json.Unmarshal([]byte(body), &s) == nil
+}
+
+// metric is the line of the receiver's /metrics at addr that starts with
+// name and a space, or "none".
+func metric(addr, name string) string {
+	_, m := getQuiet("http://" + addr + "/metrics")
+	for _, l := range strings.Split(m, "\n") {
+		if strings.HasPrefix(l, name+" ") {
+			return l
+		}
+	}
+	return "none"
 }
 
 // getQuiet is a GET that reports failure as code 0 (the test polls).
@@ -197,10 +225,10 @@ func getQuiet(url string) (int, string) {
 // stopAcquiring reloads every gateway without devices (allow_empty), waits
 // until each has its sequence still and its queue empty (everything
 // acked), and returns each one's last seq: the samples it acquired.
-func stopAcquiring(t *testing.T, gws []*e2eGateway, upstream string, fleet *sim.Fleet, limit time.Duration) map[string]uint64 {
+func stopAcquiring(t *testing.T, gws []*e2eGateway, upstreams []string, fleet *sim.Fleet, limit time.Duration) map[string]uint64 {
 	t.Helper()
 	for _, g := range gws {
-		g.writeConfig(t, upstream, fleet, 0)
+		g.writeConfig(t, upstreams, fleet, 0)
 		_ = g.p.cmd.Process.Signal(syscall.SIGHUP)
 	}
 	acquired := map[string]uint64{}
@@ -267,8 +295,8 @@ func haproxyConfig(listen string, rs []*recvProc) string {
 	return b.String()
 }
 
-// Three receivers behind HAProxy, each killed with SIGKILL and started
-// again in turn while the gateways run: afterwards every gateway's
+// Three receivers behind HAProxy and also in the gateways' urls after it,
+// each killed with SIGKILL and started again in turn while the gateways run: afterwards every gateway's
 // acquired samples are in the table exactly once, and gaps finds no hole.
 // make test runs 4 gateways for ~40 s with a kill every 8 s; EDGEGW_FULL=1
 // runs 20 gateways for 3 minutes with a kill every 15 s.
@@ -297,11 +325,21 @@ func TestE2EReceiversKilledBehindHAProxy(t *testing.T) {
 		code, _ := getQuiet("http://" + front + "/healthz")
 		return code == 200
 	})
+	// The gateways dial HAProxy first, and each receiver directly after it
+	// in their urls: HAProxy's backend down (between a kill and its health
+	// check) sends them on down the list, and back to HAProxy after
+	// primary_retry.
+	upstreams := []string{front}
+	name := map[string]string{"ws://" + front + "/ingest": "haproxy"}
+	for _, r := range rs {
+		upstreams = append(upstreams, r.addr)
+		name["ws://"+r.addr+"/ingest"] = r.id
+	}
 	var gws []*e2eGateway
 	for i := 1; i <= gateways; i++ {
 		g := &e2eGateway{id: fmt.Sprintf("gw-%02d", i), dir: t.TempDir()}
 		g.cfg = filepath.Join(g.dir, "edgegw.toml")
-		g.writeConfig(t, front, fleet, devices)
+		g.writeConfig(t, upstreams, fleet, devices)
 		startGatewayProc(t, lab, g)
 		gws = append(gws, g)
 	}
@@ -310,6 +348,7 @@ func TestE2EReceiversKilledBehindHAProxy(t *testing.T) {
 	})
 	start := time.Now()
 	kills := 0
+	on := map[string]int{} // the url each gateway is on, looked at after each restart
 	for k := 0; time.Since(start) < run; k++ {
 		tick := time.NewTimer(every)
 		testenv.Recv(t, tick.C, every+time.Second, "the kill period")
@@ -317,9 +356,14 @@ func TestE2EReceiversKilledBehindHAProxy(t *testing.T) {
 		r.p.kill()
 		kills++
 		startReceiverProc(t, rbin, db.URL(), r)
+		for _, g := range gws {
+			if s, ok := g.status(t); ok {
+				on[cmp.Or(name[s.Upstream.WSURL], s.Upstream.WSURL)]++
+			}
+		}
 	}
-	t.Logf("%d receiver kills over %v", kills, time.Since(start).Round(time.Second))
-	acquired := stopAcquiring(t, gws, front, fleet, 120*time.Second)
+	t.Logf("%d receiver kills over %v; gateways seen on %v", kills, time.Since(start).Round(time.Second), on)
+	acquired := stopAcquiring(t, gws, upstreams, fleet, 120*time.Second)
 	checkStored(t, db, rbin, acquired)
 	for _, g := range gws {
 		g.p.term(20 * time.Second)
@@ -338,7 +382,7 @@ func TestE2EDatabaseOutage(t *testing.T) {
 	startReceiverProc(t, rbin, db.URL(), r)
 	g := &e2eGateway{id: "gw-db", dir: t.TempDir()}
 	g.cfg = filepath.Join(g.dir, "edgegw.toml")
-	g.writeConfig(t, r.addr, fleet, 10)
+	g.writeConfig(t, []string{r.addr}, fleet, 10)
 	startGatewayProc(t, lab, g)
 	testenv.WaitFor(t, 60*time.Second, "samples stored", func() bool {
 		n, _ := strconv.Atoi(db.Psql("SELECT count(*) FROM edgegw_samples"))
@@ -351,29 +395,102 @@ func TestE2EDatabaseOutage(t *testing.T) {
 		return code == 503 && json.Unmarshal([]byte(body), &h) == nil && strings.Contains(h.Reason, "database")
 	})
 	t.Logf("healthz while the database is down: %+v", h)
-	batches := func() string {
-		_, m := getQuiet("http://" + r.addr + "/metrics")
-		for _, l := range strings.Split(m, "\n") {
-			if strings.HasPrefix(l, "edgegw_receiver_batches_total ") {
-				return l
-			}
-		}
-		return "none"
-	}
+	batches := func() string { return metric(r.addr, "edgegw_receiver_batches_total") }
 	before := batches()
-	s0, _ := g.status(t)
-	testenv.WaitFor(t, 30*time.Second, "the gateway's queue holding 2000 samples", func() bool {
-		s, ok := g.status(t)
-		return ok && s.Upstream.QueueSamples >= 2000 && s.Seq > s0.Seq
+	var s0, s1 gwStatus
+	testenv.WaitFor(t, 10*time.Second, "the gateway's status", func() bool { var ok bool; s0, ok = g.status(t); return ok })
+	testenv.WaitFor(t, 30*time.Second, "the gateway acquiring 2000 samples more", func() bool {
+		var ok bool
+		s1, ok = g.status(t)
+		return ok && s1.Seq >= s0.Seq+2000
 	})
+	var s2 gwStatus
+	testenv.WaitFor(t, 10*time.Second, "the gateway's status", func() bool { var ok bool; s2, ok = g.status(t); return ok })
 	if after := batches(); after != before {
 		t.Fatalf("batches acked while the database was down: %s, then %s", before, after)
 	}
+	// Nothing acked since before: every seq after s0's is in the queue.
+	if s2.Upstream.QueueSamples < int64(s1.Seq-s0.Seq) {
+		t.Fatalf("the gateway's queue holds %d samples, want at least the %d acquired during the outage (seq %d..%d)", s2.Upstream.QueueSamples, s1.Seq-s0.Seq, s0.Seq+1, s1.Seq)
+	}
+	t.Logf("during the outage: %s; the gateway acquired seq %d..%d, its queue holds %d samples", before, s0.Seq+1, s1.Seq, s2.Upstream.QueueSamples)
 	db.Restart()
-	acquired := stopAcquiring(t, []*e2eGateway{g}, r.addr, fleet, 120*time.Second)
+	acquired := stopAcquiring(t, []*e2eGateway{g}, []string{r.addr}, fleet, 120*time.Second)
 	checkStored(t, db, rbin, acquired)
 	g.p.term(20 * time.Second)
 	r.p.term(10 * time.Second)
+}
+
+// MQTT fallback into PostgreSQL, with real processes: the gateway stores
+// over the WebSocket until its receiver is killed (SIGKILL), then
+// publishes to the first of two mosquitto brokers (brokers = [m1, m2]);
+// m1 is killed (SIGKILL) while the gateway is on it, the gateway moves to
+// m2. One edgegw-receiver per broker takes the batch topic's shared
+// subscription into the same database (two mosquittos share no
+// subscriptions, so each broker needs its subscriber before the gateway
+// comes). Afterwards the table holds the gateway's acquired seqs exactly
+// once and gaps finds no hole.
+func TestE2EMQTTFallbackBrokerKilled(t *testing.T) {
+	lab, rbin := binaries(t)
+	db := pgtest.Start(t)
+	fleet := runSimFleet(t, 10)
+	m1, m2 := testenv.StartMosquitto(t), testenv.StartMosquitto(t)
+	b1, b2 := "tcp://"+m1.Addr, "tcp://"+m2.Addr
+	var rs []*recvProc
+	for i, m := range []*testenv.Mosquitto{m1, m2} {
+		id := fmt.Sprintf("mq%d", i+1)
+		r := &recvProc{id: id, addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+			args: []string{"-mqtt", "tcp://" + m.Addr, "-mqtt-client-id", "e2e-" + id}}
+		startReceiverProc(t, rbin, db.URL(), r)
+		rs = append(rs, r)
+		// The subscription is up once a probe batch published to the
+		// broker is in the table (the broker drops it while nobody is
+		// subscribed: published again every second until then).
+		c := publisher(t, m.Addr)
+		var sent time.Time
+		testenv.WaitFor(t, 30*time.Second, id+"'s subscription storing a probe batch", func() bool {
+			if time.Since(sent) >= time.Second {
+				publish(t, c, "edgegw/probe-"+id+"/batch", gwBatch("probe-"+id, 1, 1))
+				sent = time.Now()
+			}
+			return db.Psql(fmt.Sprintf("SELECT count(*) FROM edgegw_samples WHERE gateway = 'probe-%s'", id)) == "1"
+		})
+		c.Disconnect(100)
+	}
+	ws := &recvProc{id: "ws", addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+	startReceiverProc(t, rbin, db.URL(), ws)
+	g := &e2eGateway{id: "gw-mq", dir: t.TempDir(),
+		mqtt: fmt.Sprintf("[upstream.mqtt]\nbrokers = [%q, %q]\nper_tag_topics = false\n", b1, b2)}
+	g.cfg = filepath.Join(g.dir, "edgegw.toml")
+	g.writeConfig(t, []string{ws.addr}, fleet, 10)
+	startGatewayProc(t, lab, g)
+	stored := func() int {
+		n, _ := strconv.Atoi(db.Psql("SELECT count(*) FROM edgegw_samples WHERE gateway = '" + g.id + "'"))
+		return n
+	}
+	testenv.WaitFor(t, 60*time.Second, "samples stored over the WebSocket", func() bool { return stored() >= 1000 })
+	ws.p.kill()
+	n := stored()
+	testenv.WaitFor(t, 60*time.Second, "the gateway on mqtt via m1, 1000 more samples stored", func() bool {
+		s, ok := g.status(t)
+		return ok && s.Upstream.Path == "mqtt" && s.Upstream.MQTTBroker == b1 && stored() >= n+1000
+	})
+	m1.Kill()
+	n = stored()
+	testenv.WaitFor(t, 60*time.Second, "the gateway on mqtt via m2, 1000 more samples stored", func() bool {
+		s, ok := g.status(t)
+		return ok && s.Upstream.Path == "mqtt" && s.Upstream.MQTTBroker == b2 && stored() >= n+1000
+	})
+	acquired := stopAcquiring(t, []*e2eGateway{g}, []string{ws.addr}, fleet, 60*time.Second)
+	// The gateway's queue is acked by the broker's PUBACK: the receiver
+	// may still be storing the last batches.
+	testenv.WaitFor(t, 30*time.Second, "the receivers storing what m2 acked", func() bool { return uint64(stored()) >= acquired[g.id] })
+	checkStored(t, db, rbin, acquired)
+	g.p.term(20 * time.Second)
+	for _, r := range rs {
+		t.Logf("%s: %s, %s", r.id, metric(r.addr, "edgegw_receiver_samples_total"), metric(r.addr, "edgegw_receiver_duplicates_total"))
+		r.p.term(10 * time.Second)
+	}
 }
 
 // runSimFleet runs n simulated UDP loggers in the test process.

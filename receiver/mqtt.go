@@ -31,7 +31,7 @@ import (
 // (gateway, epoch, seq) applies, so a batch that came both ways is stored
 // once) and is acknowledged (PUBACK) only after Ingest returned.
 type MQTTConfig struct {
-	Brokers  []string      // tcp://host:1883, mqtt://, ssl://, tls://, ws://, wss://; tried in order; none = off
+	Brokers  []string      // tcp://host:1883, mqtt://, ssl://, tls://, ws://, wss://; one connection, tried in order (nodes of one cluster); none = off
 	Group    string        // shared subscription group ("edgegw-receivers")
 	Prefix   string        // the topic levels before <gateway>/batch ("edgegw")
 	ClientID string        // "edgegw-receiver-<hostname>": one per receiver, kept across its restarts
@@ -45,7 +45,7 @@ type MQTTConfig struct {
 // -mqtt-session on fs. The config is filled when fs is parsed.
 func MQTTFlags(fs *flag.FlagSet) *MQTTConfig {
 	c := &MQTTConfig{}
-	fs.Func("mqtt", "MQTT 5 broker URL to take the gateways' fallback batches from (tcp://host:1883; several comma-separated for a cluster; default none)", func(s string) error {
+	fs.Func("mqtt", "MQTT 5 broker URL to take the gateways' fallback batches from (tcp://host:1883; several comma-separated for the nodes of one cluster, one connection tried in order; for independent brokers run one receiver per broker; default none)", func(s string) error {
 		for _, b := range strings.Split(s, ",") {
 			if b = strings.TrimSpace(b); b != "" {
 				c.Brokers = append(c.Brokers, b)
