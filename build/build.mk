@@ -8,7 +8,11 @@ RELEASE_ARCHS     := armv7 arm64 amd64
 # Every time stamp in a release comes from the commit, never the clock.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 export SOURCE_DATE_EPOCH
-SIZE_BUDGET_ARMV7 ?= 8200000
+# The armv7 gateway binary must not be above SIZE_BUDGET_ARMV7 (make size
+# and TestSizeBudgetARMv7 fail); SIZE_GOAL_ARMV7 is the house issue's goal
+# (make size says how far the binary is from it).
+SIZE_BUDGET_ARMV7 ?= 8000000
+SIZE_GOAL_ARMV7   ?= 7900000
 REPRO_DIR         ?= dist/repro
 QEMU_AARCH64      ?= qemu-aarch64
 QEMU_ARM          ?= qemu-arm
@@ -19,7 +23,7 @@ goenv_armv7 := GOOS=linux GOARCH=arm GOARM=7
 goenv_arm64 := GOOS=linux GOARCH=arm64
 goenv_amd64 := GOOS=linux GOARCH=amd64
 # The same build with symbols, for build/symsize (the shipped one is -s -w).
-BUILD_SYMS  := $(subst -ldflags "-s -w ,-ldflags ",$(BUILD_GW))
+BUILD_SYMS  := $(subst -ldflags "-s -w ,-ldflags ",$(BUILD_GW_armv7))
 
 .PHONY: release size repro qemu-smoke test-qemu notices
 
@@ -29,9 +33,9 @@ release: arm arm64 amd64 lab-arm lab-arm64 lab-amd64 receiver-arm64 receiver-amd
 notices: ## THIRD_PARTY_NOTICES of this machine's build to stdout
 	@GO="$(GO)" build/notices.sh .
 
-size: arm arm64 amd64 ## size per target and the 15 largest packages (build/symsize); fails if armv7 >= SIZE_BUDGET_ARMV7
+size: arm arm64 amd64 ## size per target and the 15 largest packages (build/symsize); fails if armv7 > SIZE_BUDGET_ARMV7, says how far it is from SIZE_GOAL_ARMV7
 	$(goenv_armv7) $(BUILD_SYMS) -o dist/size/edgegw-armv7.syms .
-	GO="$(GO)" build/size.sh dist dist/size/edgegw-armv7.syms $(SIZE_BUDGET_ARMV7)
+	GO="$(GO)" build/size.sh dist dist/size/edgegw-armv7.syms $(SIZE_BUDGET_ARMV7) $(SIZE_GOAL_ARMV7)
 
 # Two builds of this commit per target from two copies of the working tree
 # at different paths (the tree may change under a running check; the copies
@@ -43,7 +47,7 @@ repro: ## build and package twice (other path, cold cache) and cmp everything
 	rm -rf $(REPRO_DIR) && mkdir -p $(REPRO_DIR)/src-a $(REPRO_DIR)/other/src-b
 	tar -cf - --exclude=./dist --exclude=./.git --exclude=./edgegw . | tar -xf - -C $(REPRO_DIR)/src-a
 	cp -a $(REPRO_DIR)/src-a/. $(REPRO_DIR)/other/src-b/
-	$(foreach a,$(RELEASE_ARCHS),(cd $(REPRO_DIR)/src-a && $(goenv_$(a)) $(BUILD_GW) -o $(REPRO_ABS)/a/edgegw-$(a) .) && (cd $(REPRO_DIR)/other/src-b && GOCACHE=$(REPRO_ABS)/gocache $(goenv_$(a)) $(BUILD_GW) -o $(REPRO_ABS)/b/edgegw-$(a) .) && ) true
+	$(foreach a,$(RELEASE_ARCHS),(cd $(REPRO_DIR)/src-a && $(goenv_$(a)) $(BUILD_GW_$(a)) -o $(REPRO_ABS)/a/edgegw-$(a) .) && (cd $(REPRO_DIR)/other/src-b && GOCACHE=$(REPRO_ABS)/gocache $(goenv_$(a)) $(BUILD_GW_$(a)) -o $(REPRO_ABS)/b/edgegw-$(a) .) && ) true
 	cd $(REPRO_DIR)/src-a && GO="$(GO)" build/package.sh $(REPRO_ABS)/a $(REPRO_ABS)/a/pkg "$(VERSION)" $(RELEASE_ARCHS)
 	cd $(REPRO_DIR)/other/src-b && GO="$(GO)" build/package.sh $(REPRO_ABS)/b $(REPRO_ABS)/b/pkg "$(VERSION)" $(RELEASE_ARCHS)
 	$(foreach a,$(RELEASE_ARCHS),cmp $(REPRO_DIR)/a/edgegw-$(a) $(REPRO_DIR)/b/edgegw-$(a) && cmp $(REPRO_DIR)/a/pkg/edgegw-$(VERSION)-linux-$(a).tar.gz $(REPRO_DIR)/b/pkg/edgegw-$(VERSION)-linux-$(a).tar.gz && ) cmp $(REPRO_DIR)/a/pkg/SHA256SUMS $(REPRO_DIR)/b/pkg/SHA256SUMS

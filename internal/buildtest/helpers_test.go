@@ -162,8 +162,23 @@ var (
 // binary (static, stamped) and returns its path.
 func binary(t *testing.T, arch string) string {
 	t.Helper()
+	if arch == "armv7" {
+		return build(t, "edgegw-"+arch, arch, func(out string) []string {
+			f := gatewayBuildFlags(out)
+			for i := range f {
+				if f[i] == "-ldflags" {
+					f[i+1] += " " + armv7LinkFlags
+				}
+			}
+			return f
+		})
+	}
 	return build(t, "edgegw-"+arch, arch, gatewayBuildFlags)
 }
+
+// armv7LinkFlags mirror the Makefile's LDFLAGS_armv7: the armv7 gateway's
+// segments aligned to 4 KiB, ARM Linux's page size (64 KiB by default).
+const armv7LinkFlags = "-R 0x1000"
 
 // labBinary builds the lab binary (gateway + demo, sim, receive, bench).
 func labBinary(t *testing.T, arch string) string {

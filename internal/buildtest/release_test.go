@@ -205,10 +205,14 @@ func TestReleaseTarballReproducible(t *testing.T) {
 	}
 }
 
-// sizeBudgetARMv7 mirrors SIZE_BUDGET_ARMV7 in build/build.mk: the armv7
-// gateway binary (everything a gateway runs; the lab is in edgegw-lab) must
-// not be above it (small flash).
-const sizeBudgetARMv7 = 8_200_000
+// sizeBudgetARMv7 and sizeGoalARMv7 mirror SIZE_BUDGET_ARMV7 and
+// SIZE_GOAL_ARMV7 in build/build.mk: the armv7 gateway binary (everything a
+// gateway runs; the lab is in edgegw-lab) must not be above the budget
+// (small flash); the goal (the house issue's) is logged with the distance.
+const (
+	sizeBudgetARMv7 = 8_000_000
+	sizeGoalARMv7   = 7_900_000
+)
 
 func TestSizeBudgetARMv7(t *testing.T) {
 	fi, err := os.Stat(binary(t, "armv7"))
@@ -220,8 +224,16 @@ func TestSizeBudgetARMv7(t *testing.T) {
 		t.Fatalf("armv7 gateway binary is %d bytes, budget is ≤ %d: see make size for the largest packages", fi.Size(), sizeBudgetARMv7)
 	}
 	mk := readFile(t, filepath.Join(root(t), "build", "build.mk"))
-	if !strings.Contains(mk, fmt.Sprintf("SIZE_BUDGET_ARMV7 ?= %d\n", sizeBudgetARMv7)) {
-		t.Error("build.mk and this test disagree on the armv7 budget")
+	if !strings.Contains(mk, fmt.Sprintf("SIZE_BUDGET_ARMV7 ?= %d\n", sizeBudgetARMv7)) ||
+		!strings.Contains(mk, fmt.Sprintf("SIZE_GOAL_ARMV7   ?= %d\n", sizeGoalARMv7)) {
+		t.Error("build.mk and this test disagree on the armv7 budget or goal")
+	}
+	if fi.Size() > sizeGoalARMv7 {
+		t.Logf("armv7 goal ≤ %d: %d bytes to go", sizeGoalARMv7, fi.Size()-sizeGoalARMv7)
+	}
+	mf := readFile(t, filepath.Join(root(t), "Makefile"))
+	if want := "LDFLAGS_armv7 := " + armv7LinkFlags + "\n"; !strings.Contains(mf, want) {
+		t.Errorf("Makefile lacks %q: this test's armv7 binary is not the release one", want)
 	}
 }
 
@@ -283,6 +295,16 @@ func TestGatewayFlagsInlineHotPaths(t *testing.T) {
 	r := run(t, root(t), []string{"CGO_ENABLED=0"}, goTool(), args...)
 	if r.code != 0 {
 		t.Fatalf("go build -m: exit %d\n%s", r.code, lastLines(r.out, 20))
+	}
+	// The count of inlined calls per hot package, for the log (-v).
+	for _, pkg := range []string{"edge/modbus/", "edge/", "ringstore/", "spool/"} {
+		n := 0
+		for _, line := range strings.Split(r.out, "\n") {
+			if strings.HasPrefix(line, pkg) && !strings.HasPrefix(strings.TrimPrefix(line, pkg), "modbus/") && strings.Contains(line, "inlining call to") {
+				n++
+			}
+		}
+		t.Logf("-m, release flags: %d inlined calls in %s*", n, pkg)
 	}
 	for pkg, want := range map[string]string{
 		"edge/modbus/": "inlining call to binary.bigEndian.Uint16",
