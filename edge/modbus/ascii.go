@@ -118,7 +118,7 @@ func truncate(f []byte) []byte {
 	return f
 }
 
-// checkASCII checks a reply frame: hex, LRC, and its unit against the
+// checkASCII checks a reply frame: hex, LRC, and its unit and function against the
 // request frame's; the PDU is the packager's to check (pduPackager).
 func checkASCII(req, f []byte) error {
 	var b [asciiMaxFrame / 2]byte
@@ -127,15 +127,5 @@ func checkASCII(req, f []byte) error {
 		return err
 	}
 	u, _ := decodeASCII(nil, req) // our own request: well formed
-	if len(u) == 0 || resp[0] != u[0] {
-		return &FrameError{Reason: fmt.Sprintf("reply from unit %d, want %d", resp[0], firstByte(u)), OtherUnit: true}
-	}
-	return nil
-}
-
-func firstByte(b []byte) byte {
-	if len(b) == 0 {
-		return 0
-	}
-	return b[0]
+	return checkSerialReply(u, resp)
 }

@@ -62,7 +62,15 @@ type FrameError struct {
 	// OtherUnit: a whole, checked serial frame from a unit other than the
 	// one asked (a late reply to an earlier request on the line).
 	OtherUnit bool
+	// OtherFunction: a whole, checked serial frame from the unit asked but
+	// for another function (the late reply to its previous request, e.g. a
+	// read answered after its timeout while a write waits).
+	OtherFunction bool
 }
+
+// late reports whether the frame answers another request: skipped as a
+// late reply, never taken as ours.
+func (e *FrameError) late() bool { return e.OtherUnit || e.OtherFunction }
 
 func (e *FrameError) Error() string { return "modbus: bad frame: " + e.Reason }
 

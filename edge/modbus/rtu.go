@@ -265,12 +265,13 @@ func (p *RTUPort) exchange(t *rtuTransport, req []byte) ([]byte, error) {
 			}
 		}
 		var fe *FrameError
-		if errors.As(err, &fe) && fe.OtherUnit && time.Now().Before(deadline) {
-			// A whole frame from another unit: the late reply to an
-			// earlier request (one master on the line), come after the
-			// drain. Counted Late like a drained one; ours may follow.
+		if errors.As(err, &fe) && fe.late() && time.Now().Before(deadline) {
+			// A whole frame from another unit, or from ours for another
+			// function: the late reply to an earlier request (one master
+			// on the line), come after the drain. Counted Late like a
+			// drained one; ours may follow.
 			p.blameLate(t)
-			p.log.Debug("modbus: late reply from another unit skipped", "reason", fe.Reason)
+			p.log.Debug("modbus: late reply to another request skipped", "reason", fe.Reason)
 			skipped = fe
 			continue
 		}
@@ -406,11 +407,26 @@ func readRTUFrame(read readFunc, deadline time.Time, timeout time.Duration, buf 
 	return f, nil
 }
 
-// checkRTU checks a CRC-valid reply frame's unit against the request
-// frame's; the PDU is the packager's to check (pduPackager).
+// checkRTU checks a CRC-valid reply frame's unit and function against the
+// request frame's; the rest of the PDU is the packager's to check
+// (pduPackager).
 func checkRTU(req, f []byte) error {
-	if f[0] != req[0] {
-		return &FrameError{Reason: fmt.Sprintf("reply from unit %d, want %d", f[0], req[0]), OtherUnit: true}
+	return checkSerialReply(req, f)
+}
+
+// checkSerialReply: a whole, checked reply (unit, function, ...) against
+// its request (unit, function, ...). One from another unit, or for another
+// function (an exception keeps the function, high bit set), answers
+// another request: a late reply.
+func checkSerialReply(req, resp []byte) error {
+	if len(req) < 2 || len(resp) < 2 {
+		return frameErr("frame of %d bytes", len(resp))
+	}
+	if resp[0] != req[0] {
+		return &FrameError{Reason: fmt.Sprintf("reply from unit %d, want %d", resp[0], req[0]), OtherUnit: true}
+	}
+	if resp[1]&0x7F != req[1] {
+		return &FrameError{Reason: fmt.Sprintf("reply with function %#02x, want %#02x", resp[1]&0x7F, req[1]), OtherFunction: true}
 	}
 	return nil
 }

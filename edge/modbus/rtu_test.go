@@ -219,6 +219,37 @@ func TestRTUFaults(t *testing.T) {
 	}
 }
 
+// TestRTULateReplyOfAnotherFunction: the unit asked answers first for
+// another function (the late reply to its previous request, e.g. a coil
+// read answered after its timeout while a register write waits), then
+// ours: the stray frame is skipped as late and counted, ours is taken.
+// A stray frame and nothing after it: a timeout that says what came.
+func TestRTULateReplyOfAnotherFunction(t *testing.T) {
+	sl := newSlave()
+	p, _ := rtuBus(t, func(req []byte) [][]byte {
+		unit, pdu := req[0], req[1:len(req)-2]
+		stray := rtuFrame(unit, []byte{1, 1, 0x01}) // a coil read's reply
+		if binary.BigEndian.Uint16(pdu[1:]) == 13 {
+			return [][]byte{stray}
+		}
+		return [][]byte{stray, rtuFrame(unit, sl.pdu(pdu))}
+	})
+	u := p.Unit(1, time.Second)
+	if err := u.WriteSingleRegister(12, 0xBEEF); err != nil {
+		t.Fatalf("write after a stray reply of another function: %v", err)
+	}
+	b, err := u.ReadHoldingRegisters(12, 1)
+	if err != nil || binary.BigEndian.Uint16(b) != 0xBEEF {
+		t.Fatalf("read back: %x %v", b, err)
+	}
+	if _, err := u.ReadHoldingRegisters(13, 1); !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "skipped as late: reply with function 0x01, want 0x03") {
+		t.Fatalf("a stray frame alone: %v, want a timeout naming it", err)
+	}
+	if c := u.Counters(); c.Late != 3 || c.Dropped != 0 {
+		t.Errorf("counters %+v, want 3 late (the stray frames), 0 dropped", c)
+	}
+}
+
 // TestRTUOverTCP: RTU frames over a TCP stream, with the TCP rules (a bad
 // CRC drops the stream; the next poll reconnects).
 func TestRTUOverTCP(t *testing.T) {
