@@ -51,8 +51,13 @@ type AcquireConfig struct {
 	Exec   Exec         // how to re-execute this binary (default os.Executable() bench)
 	Logger *slog.Logger // progress; nil: discard
 	// Profile, when set, is a directory where each gateway child writes a
-	// CPU profile of its whole run (acquire-MODE.pprof).
+	// CPU profile of its whole run (acquire-MODE.pprof); in mode full, the
+	// gateway's CPU profile of the window and heap profile at its end
+	// (full-cpu.pprof, full-heap.pprof).
 	Profile string
+	// Gateway is the gateway binary mode full runs ("": built from the
+	// module around the working directory with build/gateway.flags).
+	Gateway string
 }
 
 func (c AcquireConfig) fill() AcquireConfig {
@@ -213,9 +218,11 @@ func RunAcquire(ctx context.Context, cfg AcquireConfig) (*AcquireReport, error) 
 			needTCP = true
 		case ModeUDP:
 			needUDP = true
+		case ModeFull:
+			needTCP = true
 		case "telegraf":
 		default:
-			return nil, fmt.Errorf("bench: acquire: mode %q is not %s, %s or %s", m, ModeTCPSerial, ModeTCPParallel, ModeUDP)
+			return nil, fmt.Errorf("bench: acquire: mode %q is not %s, %s, %s or %s", m, ModeTCPSerial, ModeTCPParallel, ModeUDP, ModeFull)
 		}
 	}
 	telegraf, whyNot := findTelegraf(cfg.Telegraf)
@@ -248,6 +255,15 @@ func RunAcquire(ctx context.Context, cfg AcquireConfig) (*AcquireReport, error) 
 
 	for _, mode := range cfg.Modes {
 		if mode == "telegraf" {
+			continue
+		}
+		if mode == ModeFull {
+			cfg.Logger.Info("bench: acquire", "mode", mode, "devices", cfg.Devices, "interval", cfg.Interval, "duration", cfg.Duration)
+			mr, err := acquireFull(ctx, cfg, fleets["tcp"])
+			if err != nil {
+				return rep, fmt.Errorf("bench: acquire: %w", err)
+			}
+			rep.Modes = append(rep.Modes, mr)
 			continue
 		}
 		tr, tcpMode := "udp", ""

@@ -88,6 +88,12 @@ func (r *AcquireReport) notes() []string {
 		if m.Skipped != "" {
 			n = append(n, m.Mode+": "+m.Skipped)
 		}
+		if m.Mode == ModeFull && m.Skipped == "" {
+			n = append(n, "full: "+m.Where+"; polls and valid from its /api/devices, cpu and rss from /proc")
+		}
+	}
+	if s := r.fullRatios(); s != "" {
+		n = append(n, s)
 	}
 	return n
 }
