@@ -129,6 +129,10 @@ type ModeReport struct {
 	CPUPerPollUS float64 `json:"cpu_per_poll_us"`
 	RSSMiB       float64 `json:"rss_mib"`
 	HWMMiB       float64 `json:"hwm_mib"`
+	// Mode full: RSS by kind at the window's end (/proc/PID/status):
+	// anonymous (heap, stacks, runtime) and file-backed (the binary's pages).
+	RSSAnonMiB float64 `json:"rss_anon_mib,omitempty"`
+	RSSFileMiB float64 `json:"rss_file_mib,omitempty"`
 
 	// The loggers' side, over the same window.
 	SimRequests uint64 `json:"sim_requests"`

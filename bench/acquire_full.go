@@ -257,6 +257,8 @@ func acquireFull(ctx context.Context, cfg AcquireConfig, f *sim.Fleet) (ModeRepo
 		mr.CPUPerPollUS = float64((b.CPU - a.CPU).Microseconds()) / float64(mr.Polls)
 	}
 	mr.RSSMiB, mr.HWMMiB = mib(b.RSS), mib(b.HWM)
+	st := readStatusFields(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	mr.RSSAnonMiB, mr.RSSFileMiB = mib(st["RssAnon"]), mib(st["RssFile"])
 	mr.LoadCPU, mr.MachineCPU = cpuPercent(la, lb), machinePercent(ma, mb)
 	mr.SimRequests, mr.SimReplies, mr.SimDropped = sb.Requests-sa.Requests, sb.Replies-sa.Replies, sb.Dropped-sa.Dropped
 	return mr, nil

@@ -43,6 +43,9 @@ func TestAcquireFull(t *testing.T) {
 	if m.ValidRate <= 0 || m.ValidRate > 1 || m.RSSMiB <= 0 || m.Seconds <= 0 {
 		t.Errorf("full: valid %v, rss %v MiB, window %v s: want valid in (0,1], rss and window > 0", m.ValidRate, m.RSSMiB, m.Seconds)
 	}
+	if m.RSSAnonMiB <= 0 || m.RSSFileMiB <= 0 || m.RSSAnonMiB+m.RSSFileMiB > m.RSSMiB+4 {
+		t.Errorf("full: rss %.1f MiB = anonymous %.1f + file %.1f (+ shared): want both parts > 0 and within the total", m.RSSMiB, m.RSSAnonMiB, m.RSSFileMiB)
+	}
 	var text strings.Builder
 	rep.WriteText(&text)
 	if !strings.Contains(text.String(), "edgegw run") {
