@@ -1,3 +1,5 @@
+//go:build !nolab || pprof
+
 package main
 
 import (
@@ -25,14 +27,14 @@ import (
 func profileListener(addr string) (net.Listener, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, fmt.Errorf("run: -pprof %q: %w", addr, err)
+		return nil, fmt.Errorf("-pprof %q: %w", addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("run: -pprof %q: not a loopback address (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)", addr)
+		return nil, fmt.Errorf("-pprof %q: not a loopback address (127.0.0.1:PORT, [::1]:PORT or localhost:PORT)", addr)
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("run: -pprof: %w", err)
+		return nil, fmt.Errorf("-pprof: %w", err)
 	}
 	return l, nil
 }
@@ -45,14 +47,14 @@ func profileMux() *http.ServeMux {
 		if s := r.URL.Query().Get("seconds"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n <= 0 || n > 600 {
-				http.Error(w, "run: pprof: seconds must be 1..600", http.StatusBadRequest)
+				http.Error(w, "pprof: seconds must be 1..600", http.StatusBadRequest)
 				return
 			}
 			secs = n
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if err := pprof.StartCPUProfile(w); err != nil {
-			http.Error(w, "run: pprof: "+err.Error(), http.StatusConflict) // another one is running
+			http.Error(w, "pprof: "+err.Error(), http.StatusConflict) // another one is running
 			return
 		}
 		t := time.NewTimer(time.Duration(secs) * time.Second)
@@ -66,7 +68,7 @@ func profileMux() *http.ServeMux {
 	mux.HandleFunc("GET /debug/pprof/{name}", func(w http.ResponseWriter, r *http.Request) {
 		p := pprof.Lookup(r.PathValue("name"))
 		if p == nil || r.PathValue("name") == "profile" {
-			http.Error(w, "run: pprof: no such profile (profile, heap, allocs, goroutine)", http.StatusNotFound)
+			http.Error(w, "pprof: no such profile (profile, heap, allocs, goroutine)", http.StatusNotFound)
 			return
 		}
 		if r.URL.Query().Get("gc") == "1" {
@@ -86,14 +88,14 @@ func serveProfiles(ctx context.Context, l net.Listener, log *slog.Logger) error 
 	go func() { done <- srv.Serve(l) }()
 	select {
 	case err := <-done:
-		return fmt.Errorf("run: pprof: %w", err)
+		return fmt.Errorf("pprof: %w", err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("run: pprof: %w", err)
+		return fmt.Errorf("pprof: %w", err)
 	}
 	return nil
 }

@@ -1,3 +1,5 @@
+//go:build !nolab || pprof
+
 package main
 
 import (
@@ -18,7 +20,7 @@ func TestProfileListener(t *testing.T) {
 		if l, err := profileListener(addr); err == nil {
 			l.Close()
 			t.Errorf("%q: listening, want refused (not loopback or not host:port)", addr)
-		} else if !strings.HasPrefix(err.Error(), "run: -pprof") {
+		} else if !strings.HasPrefix(err.Error(), "-pprof") {
 			t.Errorf("%q: error %q does not name the flag", addr, err)
 		}
 	}

@@ -59,8 +59,10 @@ func moduleRoot() string {
 }
 
 // buildShippedGateway builds the gateway binary as `make amd64` does (for this
-// machine: build/gateway.flags, static, trimmed, stripped) into dir.
-func buildShippedGateway(ctx context.Context, dir string) (string, error) {
+// machine: build/gateway.flags, static, trimmed, stripped) into dir; with
+// profile, plus the build tag pprof (the -pprof listener the shipped build
+// leaves out).
+func buildShippedGateway(ctx context.Context, dir string, profile bool) (string, error) {
 	root := moduleRoot()
 	if root == "" {
 		return "", fmt.Errorf("bench: acquire -full: not inside the edgegw module: give -gateway PATH (a binary built by make amd64)")
@@ -74,6 +76,15 @@ func buildShippedGateway(ctx context.Context, dir string) (string, error) {
 	for _, l := range strings.Split(string(flags), "\n") {
 		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
 			args = append(args, strings.Fields(l)...)
+		}
+	}
+	if profile {
+		for i, a := range args {
+			if t, ok := strings.CutPrefix(a, "-tags="); ok {
+				args[i] = "-tags=" + t + ",pprof"
+			} else if a == "-tags" && i+1 < len(args) {
+				args[i+1] += ",pprof"
+			}
 		}
 	}
 	args = append(args, "-ldflags", "-s -w -X main.version=bench", "-o", bin, ".")
@@ -162,8 +173,8 @@ func acquireFull(ctx context.Context, cfg AcquireConfig, f *sim.Fleet) (ModeRepo
 	defer os.RemoveAll(dir)
 	bin := cfg.Gateway
 	if bin == "" {
-		cfg.Logger.Info("bench: acquire -full: building the gateway binary (build/gateway.flags)")
-		if bin, err = buildShippedGateway(ctx, dir); err != nil {
+		cfg.Logger.Info("bench: acquire -full: building the gateway binary (build/gateway.flags; with -pprof plus the tag pprof)")
+		if bin, err = buildShippedGateway(ctx, dir, cfg.Profile != ""); err != nil {
 			return mr, err
 		}
 	}
