@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ func cmdRun(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	path := fs.String("config", "/etc/edgegw/edgegw.toml", "config file")
 	watch := fs.Duration("watch", 0, "also reload when the config file changes, checked this often (0: only on SIGHUP)")
+	pprofAddr := fs.String("pprof", "", "serve CPU and heap profiles of this process on this loopback host:port (off by default)")
 	newLog := logFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -42,6 +44,15 @@ func cmdRun(args []string) error {
 	for _, w := range warns {
 		log.Warn(w)
 	}
+	var prof []piece
+	if *pprofAddr != "" {
+		l, err := profileListener(*pprofAddr)
+		if err != nil {
+			return err
+		}
+		runtime.MemProfileRate = 4 << 10 // a heap profile that sees a small gateway's parts (the default samples every 512 KiB)
+		prof = append(prof, piece{"pprof", func(ctx context.Context) error { return serveProfiles(ctx, l, log) }})
+	}
 	g, err := newGateway(c, log, false)
 	if err != nil {
 		return err
@@ -58,6 +69,7 @@ func cmdRun(args []string) error {
 		piece{"watchdog", wd.Run},
 		piece{"reload", func(ctx context.Context) error { return reloadOnSignal(ctx, g, *path, *watch, log, wd) }},
 	)
+	pieces = append(pieces, prof...)
 	log.Info("edgegw running", "version", version, "config", *path, "gateway", c.Gateway.ID, "devices", len(c.Devices), "page", page)
 	wd.Notify(sdnotify.Ready)
 	err = runStages(ctx, log, 10*time.Second, pieces)

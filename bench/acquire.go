@@ -51,8 +51,13 @@ type AcquireConfig struct {
 	Exec   Exec         // how to re-execute this binary (default os.Executable() bench)
 	Logger *slog.Logger // progress; nil: discard
 	// Profile, when set, is a directory where each gateway child writes a
-	// CPU profile of its whole run (acquire-MODE.pprof).
+	// CPU profile of its whole run (acquire-MODE.pprof); in mode full, the
+	// gateway's CPU profile of the window and heap profile at its end
+	// (full-cpu.pprof, full-heap.pprof).
 	Profile string
+	// Gateway is the gateway binary mode full runs ("": built from the
+	// module around the working directory with build/gateway.flags).
+	Gateway string
 }
 
 func (c AcquireConfig) fill() AcquireConfig {
@@ -124,6 +129,10 @@ type ModeReport struct {
 	CPUPerPollUS float64 `json:"cpu_per_poll_us"`
 	RSSMiB       float64 `json:"rss_mib"`
 	HWMMiB       float64 `json:"hwm_mib"`
+	// Mode full: RSS by kind at the window's end (/proc/PID/status):
+	// anonymous (heap, stacks, runtime) and file-backed (the binary's pages).
+	RSSAnonMiB float64 `json:"rss_anon_mib,omitempty"`
+	RSSFileMiB float64 `json:"rss_file_mib,omitempty"`
 
 	// The loggers' side, over the same window.
 	SimRequests uint64 `json:"sim_requests"`
@@ -213,9 +222,11 @@ func RunAcquire(ctx context.Context, cfg AcquireConfig) (*AcquireReport, error) 
 			needTCP = true
 		case ModeUDP:
 			needUDP = true
+		case ModeFull:
+			needTCP = true
 		case "telegraf":
 		default:
-			return nil, fmt.Errorf("bench: acquire: mode %q is not %s, %s or %s", m, ModeTCPSerial, ModeTCPParallel, ModeUDP)
+			return nil, fmt.Errorf("bench: acquire: mode %q is not %s, %s, %s or %s", m, ModeTCPSerial, ModeTCPParallel, ModeUDP, ModeFull)
 		}
 	}
 	telegraf, whyNot := findTelegraf(cfg.Telegraf)
@@ -248,6 +259,15 @@ func RunAcquire(ctx context.Context, cfg AcquireConfig) (*AcquireReport, error) 
 
 	for _, mode := range cfg.Modes {
 		if mode == "telegraf" {
+			continue
+		}
+		if mode == ModeFull {
+			cfg.Logger.Info("bench: acquire", "mode", mode, "devices", cfg.Devices, "interval", cfg.Interval, "duration", cfg.Duration)
+			mr, err := acquireFull(ctx, cfg, fleets["tcp"])
+			if err != nil {
+				return rep, fmt.Errorf("bench: acquire: %w", err)
+			}
+			rep.Modes = append(rep.Modes, mr)
 			continue
 		}
 		tr, tcpMode := "udp", ""

@@ -8,7 +8,10 @@
 // runs the real gateway instead (`edgegw run -config FILE`, this binary or
 // -gateway) against loggers, a reference receiver (receiver.Receiver, in this
 // process), a slow WebSocket client and request floods on a schedule, and
-// samples the gateway's /proc entries and API. `edgegw bench ingest` runs
+// samples the gateway's /proc entries and API. `edgegw bench acquire -full`
+// runs the gateway build that ships (built here with build/gateway.flags, or
+// -gateway) as `edgegw run` with a default config against the loggers, beside
+// Telegraf, and reads its /proc entries, /api/devices and -pprof profiles. `edgegw bench ingest` runs
 // receivers (`bench child receiver`: package receiver's Main) storing into
 // a PostgreSQL database given by URL, fed by synthetic gateways speaking
 // the wire protocol, and times psql's \copy of as many rows beside them.

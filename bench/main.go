@@ -121,6 +121,8 @@ func mainAcquire(args []string, stdout io.Writer) error {
 	fs.StringVar(&c.Profile, "pprof", "", "write a CPU profile of each gateway child into this directory")
 	fs.StringVar(&c.Telegraf, "telegraf", "", `telegraf binary with inputs.modbus ("": look on PATH, "off": skip)`)
 	before := fs.String("before", "", "another edgegw lab binary (an earlier commit): each mode also runs its gateway, as MODE@before")
+	full := fs.Bool("full", false, "measure the whole gateway instead: `edgegw run` (the shipped build, default config) polling the loggers over TCP (mode full), beside telegraf")
+	fs.StringVar(&c.Gateway, "gateway", "", "with -full: the gateway binary (default: built here as make amd64 does)")
 	out := outputFlags(fs, false)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -129,6 +131,9 @@ func mainAcquire(args []string, stdout io.Writer) error {
 		c.Retries = -1
 	}
 	c.Modes = splitList(*modes)
+	if *full {
+		c.Modes = []string{ModeFull}
+	}
 	if *before != "" {
 		var err error
 		if c.Before, err = OtherBinary(*before); err != nil {

@@ -67,9 +67,16 @@ func procUsage(pid int) (Usage, error) {
 }
 
 func readStatus(path string) (rss, hwm int64) {
+	st := readStatusFields(path)
+	return st["VmRSS"], st["VmHWM"]
+}
+
+// readStatusFields is every "Key: N kB" line of a /proc/PID/status, in bytes.
+func readStatusFields(path string) map[string]int64 {
+	st := map[string]int64{}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, 0
+		return st
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		k, v, ok := strings.Cut(line, ":")
@@ -80,15 +87,11 @@ func readStatus(path string) (rss, hwm int64) {
 		if len(f) < 1 {
 			continue
 		}
-		n, _ := strconv.ParseInt(f[0], 10, 64)
-		switch k {
-		case "VmRSS":
-			rss = n << 10
-		case "VmHWM":
-			hwm = n << 10
+		if n, err := strconv.ParseInt(f[0], 10, 64); err == nil && len(f) == 2 && f[1] == "kB" {
+			st[k] = n << 10
 		}
 	}
-	return rss, hwm
+	return st
 }
 
 // cpuPercent is the CPU used between a and b as % of one core.

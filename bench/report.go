@@ -88,6 +88,12 @@ func (r *AcquireReport) notes() []string {
 		if m.Skipped != "" {
 			n = append(n, m.Mode+": "+m.Skipped)
 		}
+		if m.Mode == ModeFull && m.Skipped == "" {
+			n = append(n, fmt.Sprintf("full: %s; polls and valid from its /api/devices, cpu and rss from /proc (rss %.1f MiB anonymous, %.1f MiB of the binary's pages)", m.Where, m.RSSAnonMiB, m.RSSFileMiB))
+		}
+	}
+	if s := r.fullRatios(); s != "" {
+		n = append(n, s)
 	}
 	return n
 }

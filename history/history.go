@@ -122,6 +122,10 @@ type Store struct {
 	mu      sync.Mutex
 	series  map[key]*series
 	devices map[string]*device
+	// rows is each device's series in the order of its last batch (a
+	// poll's tags come in the config's order), so Add looks up the map
+	// once a batch, not once a sample. Series are never removed.
+	rows    map[string][]*series
 	pending []record // closed fine buckets not yet written
 
 	rawBytes   int64         // encoded raw chunks with their overhead (heads included)
@@ -155,7 +159,7 @@ func Open(cfg Config) (*Store, error) {
 		step: cfg.Step.Microseconds(), cstep: cfg.CoarseStep.Microseconds(),
 		nFine: int(cfg.FineKeep / cfg.Step), nCrs: int(cfg.Keep / cfg.CoarseStep),
 		rawWindowUS: cfg.RawWindow.Microseconds(), lastTickIdx: noBucket,
-		series: make(map[key]*series), devices: make(map[string]*device),
+		series: make(map[key]*series), devices: make(map[string]*device), rows: make(map[string][]*series),
 	}
 	s.k = s.cstep / s.step
 	if cfg.Dir != "" {
@@ -187,20 +191,40 @@ func (s *Store) newDevice(name string) *device {
 }
 
 // Add records one poll's samples (what edge handed to the ring). It does
-// no I/O and holds the lock for a few map look-ups per sample.
+// no I/O and holds the lock for one map look-up per batch (the batch's
+// device's row of series), more only for a tag the row does not hold at
+// that position (the first batches, or a reload that changed the tags).
 func (s *Store) Add(batch []ringstore.Sample) {
+	if len(batch) == 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.added.Add(uint64(len(batch)))
+	dev := batch[0].Device
+	row := s.rows[dev]
+	rowChanged := false
 	for i := range batch {
 		smp := &batch[i]
-		k := key{smp.Device, smp.Tag}
-		sr := s.series[k]
-		if sr == nil {
-			sr = s.newSeries(k)
-			s.series[k] = sr
+		var sr *series
+		if i < len(row) && row[i].tag == smp.Tag && row[i].device == smp.Device {
+			sr = row[i]
+		} else {
+			k := key{smp.Device, smp.Tag}
+			if sr = s.series[k]; sr == nil {
+				sr = s.newSeries(k)
+				s.series[k] = sr
+			}
+			if smp.Device == dev && i <= len(row) {
+				if i == len(row) {
+					row = append(row, sr)
+				} else {
+					row[i] = sr
+				}
+				rowChanged = true
+			}
 		}
 		sr.isBool = smp.Bool
-		s.added.Add(1)
 		idx := floorDiv(smp.TS, s.step)
 		switch {
 		case (!sr.open.open() && idx <= sr.fine.head) || (sr.open.open() && idx < sr.open.idx):
@@ -212,6 +236,9 @@ func (s *Store) Add(batch []ringstore.Sample) {
 			sr.open.add(smp.Value, smp.Quality == ringstore.Good)
 		}
 		s.rawAdd(sr, smp.TS, smp.Value, smp.Quality, smp.TS-s.rawWindowUS)
+	}
+	if rowChanged {
+		s.rows[dev] = row
 	}
 }
 
