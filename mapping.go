@@ -116,7 +116,11 @@ func ringSize(c *conf.Config) (int, time.Duration) {
 	n := c.Ring.Size
 	if n <= 0 {
 		n = int(math.Ceil(rate * resumeWindow.Seconds()))
-		n = min(max(n, ringstore.DefaultRingSize), int(c.Ring.MaxBytes)/ringSampleBytes)
+		maxBytes := c.Ring.MaxBytes
+		if maxBytes <= 0 { // a Config not from conf.Parse
+			maxBytes = conf.DefaultRingMax
+		}
+		n = min(max(n, ringstore.DefaultRingSize), int(maxBytes)/ringSampleBytes)
 	}
 	if rate == 0 {
 		return n, 0
