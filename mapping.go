@@ -91,14 +91,11 @@ func edgeTag(t conf.Tag) (edge.Tag, error) {
 
 // Ring sizing when [ring] size is not set: enough samples for a client to
 // resume resumeWindow back at the configured poll rate, never fewer than
-// ringstore.DefaultRingSize, never more than ringMaxBytes of samples.
-const (
-	resumeWindow = 60 * time.Second
-	ringMaxBytes = 8 << 20
-)
+// ringstore.DefaultRingSize, never more than [ring] max_bytes of samples.
+const resumeWindow = 60 * time.Second
 
-// ringSampleBytes is one ring slot (ringstore.Sample: 64 bytes on 64-bit
-// targets, 44 on armv7); names share the config's strings.
+// ringSampleBytes is one ring slot (ringstore.Sample: 80 bytes on 64-bit
+// targets, 56 on armv7); names share the config's strings.
 var ringSampleBytes = int(unsafe.Sizeof(ringstore.Sample{}))
 
 // samplesPerSecond is the configured rate: every device's tags per interval.
@@ -113,13 +110,17 @@ func samplesPerSecond(c *conf.Config) float64 {
 }
 
 // ringSize is [ring] size, or the size that holds resumeWindow of samples
-// at the configured rate (at most ringMaxBytes), and the window it gives.
+// at the configured rate (at most [ring] max_bytes), and the window it gives.
 func ringSize(c *conf.Config) (int, time.Duration) {
 	rate := samplesPerSecond(c)
 	n := c.Ring.Size
 	if n <= 0 {
 		n = int(math.Ceil(rate * resumeWindow.Seconds()))
-		n = min(max(n, ringstore.DefaultRingSize), ringMaxBytes/ringSampleBytes)
+		maxBytes := c.Ring.MaxBytes
+		if maxBytes <= 0 { // a Config not from conf.Parse
+			maxBytes = conf.DefaultRingMax
+		}
+		n = min(max(n, ringstore.DefaultRingSize), int(maxBytes)/ringSampleBytes)
 	}
 	if rate == 0 {
 		return n, 0

@@ -11,7 +11,7 @@ import (
 )
 
 // The ring's default size follows the poll rate: 60 s of samples, at most
-// 8 MiB of them; [ring] size wins when set.
+// [ring] max_bytes (8 MiB) of them; [ring] size wins when set.
 func TestRingSizeByRate(t *testing.T) {
 	mk := func(n int, interval time.Duration, size int) *conf.Config {
 		var b strings.Builder
@@ -28,7 +28,7 @@ func TestRingSizeByRate(t *testing.T) {
 		}
 		return c
 	}
-	capN := ringMaxBytes / ringSampleBytes
+	capN := conf.DefaultRingMax / ringSampleBytes
 	for _, c := range []struct {
 		name     string
 		cfg      *conf.Config
@@ -46,6 +46,15 @@ func TestRingSizeByRate(t *testing.T) {
 			t.Errorf("%s: %d samples, %v; want %d, %.2f s", c.name, n, w, c.size, c.windowS)
 		}
 		t.Logf("%s: %d samples (%d bytes), resume window %.1f s", c.name, n, n*ringSampleBytes, w.Seconds())
+	}
+	big := mk(1000, 100*time.Millisecond, 0)
+	big.Ring.MaxBytes = 32 << 20
+	if n, w := ringSize(big); n != 32<<20/ringSampleBytes || w.Seconds() < float64(n)/20000-0.01 || w.Seconds() > float64(n)/20000+0.01 {
+		t.Errorf("1000 loggers × 2 tags at 100 ms, max_bytes 32 MiB: %d samples, %v; want %d", n, w, 32<<20/ringSampleBytes)
+	}
+	c, err := conf.Parse("t.toml", []byte("[ring]\nmax_bytes = \"32MiB\"\n"))
+	if err != nil || c.Ring.MaxBytes != 32<<20 {
+		t.Fatalf("[ring] max_bytes = \"32MiB\": %v, %d", err, c.Ring.MaxBytes)
 	}
 }
 

@@ -157,7 +157,7 @@ tags = [ { name = "c", register = "coil", address = 0 } ]
 		HTTP: HTTP{Listen: DefaultHTTPListen, LongPollTimeout: 30 * time.Second, MaxClients: 5000, MaxRequestBytes: 64 << 10,
 			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 			HealthzUpstreamMaxDown: 10 * time.Minute},
-		Ring: Ring{Size: 0}, // main sizes it from the poll rate
+		Ring: Ring{Size: 0, MaxBytes: DefaultRingMax}, // main sizes it from the poll rate, within 8 MiB
 		Poll: Poll{TCPMode: "parallel", MaxGap: 8, MaxRegisters: 125, MaxBits: 2000, UDPListen: ":0", UDPBufferBytes: 4 << 20},
 		Devices: []Device{
 			{Name: "d1", Transport: "tcp", Address: "10.0.0.1:502", Unit: 1, Interval: time.Second, Timeout: 500 * time.Millisecond, TimeoutDerived: true,

@@ -81,6 +81,9 @@ type Limits struct {
 // Ring is the in-memory ring of recent samples.
 type Ring struct {
 	Size int // samples, 1..MaxRingSize; 0 = sized by main from the poll rate
+	// MaxBytes caps the ring main sizes from the poll rate (Size 0): at
+	// most MaxBytes of samples, MinRingBytes..MaxRingBytes.
+	MaxBytes int64
 }
 
 // Poll holds the acquisition options shared by all devices.

@@ -41,6 +41,7 @@ import "time"
 //	                                 (every [http.limits] key is per client IP; 0 = the default,
 //	                                 -1 = no limit for a rate or connections_per_client; rates 0..1000000)
 //	[ring] size                      0: 60 s of samples, ≤ 8 MiB  1..10000000
+//	[ring] max_bytes                 "8MiB" (with size 0)         64KiB..1GiB; caps the ring sized from the rate
 //	[poll] tcp_mode                  "parallel"                   parallel | serial
 //	[poll] max_gap                   8 registers                  0..125
 //	[poll] max_registers             125                          1..125
@@ -140,6 +141,9 @@ const (
 
 	DefaultRingSize = 0 // sized by main from the poll rate: a resume window of 60 s, at most 8 MiB
 	MaxRingSize     = 10_000_000
+	DefaultRingMax  = 8 << 20 // [ring] max_bytes
+	MinRingBytes    = 64 << 10
+	MaxRingBytes    = 1 << 30
 
 	DefaultTCPMode        = "parallel"
 	DefaultMaxGap         = 8

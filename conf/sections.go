@@ -181,6 +181,11 @@ func bothOrNeither(t *table, k1, v1, k2, v2 string) {
 
 func (d *decoder) ring(t *table, r *Ring) {
 	r.Size = int(t.intIn("size", DefaultRingSize, 1, MaxRingSize))
+	r.MaxBytes = t.size("max_bytes", DefaultRingMax)
+	if r.MaxBytes < MinRingBytes || r.MaxBytes > MaxRingBytes {
+		t.errf("max_bytes", "%s %d: outside %d..%d (64KiB..1GiB)", t.name("max_bytes"), r.MaxBytes, MinRingBytes, MaxRingBytes)
+		r.MaxBytes = DefaultRingMax
+	}
 	t.done()
 }
 

@@ -122,55 +122,148 @@ func (a *hacc) cell() hcell {
 	return c
 }
 
-// tier is a circular array of closed buckets indexed by bucket number:
-// bucket i lives at i mod len. Allocated at the first put.
-type tier[C interface{ empty() bool }] struct {
-	n     int
-	cells []C
-	head  int64 // newest bucket index stored; noBucket when none
+// tier holds the last n closed buckets of a series, indexed by bucket
+// number: the block of the head (the newest bucket stored) as plain cells,
+// the older ones encoded (block.go), in a ring of blocks where block bn
+// lives at bn mod len(blocks). A block never written, or skipped whole, is
+// a gap: zero cells. Allocated at the first put.
+type tier[C blockCell] struct {
+	n      int
+	hot    []C     // block hotBn's cells, plain
+	blocks []block // sealed blocks
+	head   int64   // newest bucket index stored; noBucket when none
 }
 
-func newTier[C interface{ empty() bool }](n int) tier[C] { return tier[C]{n: n, head: noBucket} }
+type block struct {
+	bn int64  // block number: bucket index / blockCells
+	b  []byte // encoded; nil with bn == noBucket: none
+}
 
-func (t *tier[C]) slot(idx int64) int {
-	m := int(idx % int64(t.n))
+func newTier[C blockCell](n int) tier[C] { return tier[C]{n: n, head: noBucket} }
+
+func blockOf(idx int64) int64 { return floorDiv(idx, blockCells) }
+
+func cellOf(idx int64) int { return int(idx - blockOf(idx)*blockCells) }
+
+func (t *tier[C]) slot(bn int64) *block {
+	m := int(bn % int64(len(t.blocks)))
 	if m < 0 {
-		m += t.n
+		m += len(t.blocks)
 	}
-	return m
+	return &t.blocks[m]
+}
+
+// seal encodes the hot block (the head's) into its slot.
+func (t *tier[C]) seal() {
+	var zero C
+	bn := blockOf(t.head)
+	all := true // a block of gaps is stored as none
+	for _, c := range t.hot {
+		all = all && c == zero
+	}
+	sl := t.slot(bn)
+	if all {
+		*sl = block{bn: noBucket}
+		return
+	}
+	*sl = block{bn: bn, b: encodeBlock(t.hot)}
 }
 
 // put stores bucket idx. Buckets skipped since head are cleared (gaps stay
 // gaps); an idx at or below head overwrites when still in range (loading).
 func (t *tier[C]) put(idx int64, c C) {
-	if t.cells == nil {
-		t.cells = make([]C, t.n)
+	if t.hot == nil {
+		t.hot = make([]C, blockCells)
+		t.blocks = make([]block, (t.n+blockCells-1)/blockCells+1)
+		for i := range t.blocks {
+			t.blocks[i].bn = noBucket
+		}
 	}
 	if t.head != noBucket && idx <= t.head {
 		if idx > t.head-int64(t.n) {
-			t.cells[t.slot(idx)] = c
+			t.overwrite(idx, c)
 		}
 		return
 	}
-	var zero C
-	if t.head != noBucket {
-		for i := max(t.head+1, idx-int64(t.n)+1); i < idx; i++ {
-			t.cells[t.slot(i)] = zero
+	// The hot block's cells above head are zero (it is cleared when the
+	// head enters it), so the buckets skipped in it stay gaps.
+	switch {
+	case t.head == noBucket:
+		for i := range t.blocks {
+			t.blocks[i] = block{bn: noBucket}
 		}
-	} else {
-		clear(t.cells)
+		clear(t.hot)
+	case blockOf(idx) == blockOf(t.head):
+	default:
+		t.seal()
+		// The blocks skipped whole are gaps (a slot whose bn differs reads
+		// as zero cells); their slots are cleared to free the blocks that
+		// fell out of the window.
+		for bn, k := blockOf(t.head)+1, 0; bn < blockOf(idx) && k < len(t.blocks); bn, k = bn+1, k+1 {
+			*t.slot(bn) = block{bn: noBucket}
+		}
+		*t.slot(blockOf(idx)) = block{bn: noBucket}
+		clear(t.hot)
 	}
-	t.cells[t.slot(idx)] = c
+	t.hot[cellOf(idx)] = c
 	t.head = idx
 }
 
-// get returns bucket idx if the tier still holds it.
+// overwrite replaces bucket idx (in the window, at or below head).
+func (t *tier[C]) overwrite(idx int64, c C) {
+	bn := blockOf(idx)
+	if bn == blockOf(t.head) {
+		t.hot[cellOf(idx)] = c
+		return
+	}
+	var buf [blockCells]C
+	sl := t.slot(bn)
+	if sl.bn == bn {
+		if err := decodeBlock(sl.b, buf[:]); err != nil {
+			panic("history: a block this tier encoded does not decode: " + err.Error())
+		}
+	}
+	buf[cellOf(idx)] = c
+	*sl = block{bn: bn, b: encodeBlock(buf[:])}
+}
+
+// get returns bucket idx if the tier still holds it (decoding its block:
+// a query reads through a reader instead).
 func (t *tier[C]) get(idx int64) (C, bool) {
+	r := t.reader()
+	return r.get(idx)
+}
+
+// reader reads a tier's buckets, decoding one block at a time.
+type reader[C blockCell] struct {
+	t   *tier[C]
+	bn  int64 // the block in buf; noBucket when none
+	buf [blockCells]C
+}
+
+func (t *tier[C]) reader() *reader[C] { return &reader[C]{t: t, bn: noBucket} }
+
+func (r *reader[C]) get(idx int64) (C, bool) {
+	t := r.t
 	var zero C
 	if t.head == noBucket || idx > t.head || idx <= t.head-int64(t.n) {
 		return zero, false
 	}
-	return t.cells[t.slot(idx)], true
+	bn := blockOf(idx)
+	if bn == blockOf(t.head) {
+		return t.hot[cellOf(idx)], true
+	}
+	if bn != r.bn {
+		sl := t.slot(bn)
+		if sl.bn != bn {
+			return zero, true // a gap
+		}
+		if err := decodeBlock(sl.b, r.buf[:]); err != nil {
+			panic("history: a block this tier encoded does not decode: " + err.Error())
+		}
+		r.bn = bn
+	}
+	return r.buf[cellOf(idx)], true
 }
 
 // oldest is the first bucket index the tier can hold given its head.

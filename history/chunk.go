@@ -1,6 +1,7 @@
 package history
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/bits"
@@ -106,6 +107,13 @@ func (r *bitr) bit() (bool, error) {
 func (r *bitr) read(n uint) (uint64, error) {
 	if r.pos+n > uint(len(r.b))*8 {
 		return 0, errChunk
+	}
+	if i := r.pos / 8; n > 0 && n <= 56 && i+8 <= uint(len(r.b)) {
+		// 8 bytes hold the n bits whatever pos's offset in its byte (≤ 7).
+		w := binary.BigEndian.Uint64(r.b[i:])
+		v := w << (r.pos % 8) >> (64 - n)
+		r.pos += n
+		return v, nil
 	}
 	var v uint64
 	for n > 0 {

@@ -71,12 +71,13 @@ func (s *Store) Query(device, tag string, from, to int64, step time.Duration) (*
 		return nil, err
 	}
 	p := &Points{Kind: "buckets", Step: time.Duration(plan.width) * time.Microsecond, From: from, To: to}
+	fine, coarse := sr.fine.reader(), sr.coarse.reader()
 	for g := plan.first; g <= plan.last; g++ {
 		a := newAcc()
 		lo, hi := g*plan.k, g*plan.k+plan.k-1
 		if plan.coarse {
 			for i := max(lo, sr.coarse.oldest()); i <= min(hi, sr.coarse.head); i++ {
-				if c, ok := sr.coarse.get(i); ok {
+				if c, ok := coarse.get(i); ok {
 					a.merge(c)
 				}
 			}
@@ -90,7 +91,7 @@ func (s *Store) Query(device, tag string, from, to int64, step time.Duration) (*
 			}
 		} else {
 			for i := max(lo, sr.fine.oldest()); i <= min(hi, sr.fine.head); i++ {
-				if c, ok := sr.fine.get(i); ok {
+				if c, ok := fine.get(i); ok {
 					a.merge(c)
 				}
 			}
@@ -143,12 +144,13 @@ func (s *Store) Health(device string, from, to int64, step time.Duration) (*Poin
 		return nil, err
 	}
 	p := &Points{Kind: "health", Step: time.Duration(plan.width) * time.Microsecond, From: from, To: to}
+	fine, coarse := d.fine.reader(), d.coarse.reader()
 	for g := plan.first; g <= plan.last; g++ {
 		a := newHacc()
 		lo, hi := g*plan.k, g*plan.k+plan.k-1
-		t := &d.fine
+		t := fine
 		if plan.coarse {
-			t = &d.coarse
+			t = coarse
 			if d.copen.open() && d.copen.idx >= lo && d.copen.idx <= hi {
 				a.merge(d.copen.cell())
 			}
@@ -158,7 +160,7 @@ func (s *Store) Health(device string, from, to int64, step time.Duration) (*Poin
 		} else if openIdx != noBucket && openIdx >= lo && openIdx <= hi {
 			a.merge(open)
 		}
-		for i := max(lo, t.oldest()); i <= min(hi, t.head); i++ {
+		for i := max(lo, t.t.oldest()); i <= min(hi, t.t.head); i++ {
 			if c, ok := t.get(i); ok {
 				a.merge(c)
 			}
