@@ -164,3 +164,31 @@ func TestCursorsBadNames(t *testing.T) {
 		}
 	}
 }
+
+// Without a directory the bound holds over the slowest cursor too: each
+// cursor below the drop is moved past it and counts only what it had
+// not acknowledged itself.
+func TestCursorsMemoryBoundCountsPerCursor(t *testing.T) {
+	q := openQ(t, Config{MaxBytes: 100 * (64 + 9 + 5), Cursors: []string{"fast", "slow"}}) // room for 100 samples
+	fast, slow := q.Cursor("fast"), q.Cursor("slow")
+	appendN(q, 1, 50)
+	fast.Ack(50)
+	slow.Ack(20)
+	appendN(q, 51, 950) // the bound keeps 901..1000: drops 21..900
+	fs, ss := fast.Stats(), slow.Stats()
+	if fs.Dropped != 850 || fs.Samples != 100 || fs.Acked != 900 {
+		t.Fatalf("fast cursor (acked 50): dropped %d holds %d acked %d, want 850 (51..900), 100, 900", fs.Dropped, fs.Samples, fs.Acked)
+	}
+	if ss.Dropped != 880 || ss.Samples != 100 || ss.Acked != 900 {
+		t.Fatalf("slow cursor (acked 20): dropped %d holds %d acked %d, want 880 (21..900), 100, 900", ss.Dropped, ss.Samples, ss.Acked)
+	}
+	if qs := q.Stats(); qs.Dropped != 880 || qs.Samples != 100 || len(qs.DroppedRanges) != 1 || qs.DroppedRanges[0] != (SeqRange{21, 900}) {
+		t.Fatalf("queue: dropped %d %v holds %d, want 880 (21..900) and 100", qs.Dropped, qs.DroppedRanges, qs.Samples)
+	}
+	if ls := fast.Losses(fast.Acked(), 1000); len(ls) != 1 || ls[0].Last != 900 {
+		t.Fatalf("fast cursor's next batch crosses %v, want the loss ending at 900", ls)
+	}
+	if seqs := peekCursor(fast); len(seqs) != 100 || seqs[0] != 901 {
+		t.Fatalf("fast cursor reads %d samples from %d, want the 100 kept from 901", len(seqs), seqs[0])
+	}
+}
