@@ -28,7 +28,7 @@ type gateway struct {
 	hist  *history.Store
 	web   *web.Server
 	up    *stats.Upstream    // nil when no upstream is configured
-	queue *spool.Queue       // nil when no upstream is configured
+	queue *spool.Queue       // nil when neither push nor Sparkplug is configured; one cursor each (upstream.go)
 	push  *push.Pusher       // nil when no upstream is configured
 	spb   *sparkplugParts    // nil without [upstream.sparkplug] (sparkplug_mapping.go)
 	acq   *stats.Acquisition // gateway-wide acquisition counters (UDP datagrams from no device)
@@ -59,9 +59,6 @@ func newGateway(c *conf.Config, log *slog.Logger, dry bool) (*gateway, error) {
 
 // release closes what build opened, for a gateway that never ran.
 func (g *gateway) release() {
-	if g.spb != nil {
-		g.spb.queue.Close()
-	}
 	if g.hist != nil {
 		g.hist.Close()
 	}
@@ -71,15 +68,12 @@ func (g *gateway) release() {
 }
 
 // consume registers every reader of the ring's batches, in one place and
-// in this order: the push queue, the Sparkplug queue (their hand-offs under
-// the ring's lock, their disk writes after it), then the history.
+// in this order: the queue that push and Sparkplug read (its hand-off under
+// the ring's lock, its disk writes after it), then the history.
 func (g *gateway) consume() error {
 	var cs []ringstore.Consumer
 	if g.queue != nil {
 		cs = append(cs, g.queue.Consumer("queue"))
-	}
-	if g.spb != nil {
-		cs = append(cs, g.spb.queue.Consumer("sparkplug_queue"))
 	}
 	hist := g.hist
 	cs = append(cs, ringstore.Consumer{Name: "history", After: func(b []ringstore.Sample, _ uint64) { hist.Add(b) }})
@@ -96,7 +90,7 @@ func (g *gateway) build(c *conf.Config, log *slog.Logger) error {
 	// The queue first: the sequence starts above the highest seq it holds,
 	// and the queue keeps the restart's skip for the receiver.
 	var err error
-	if hasUpstream(c) {
+	if hasUpstream(c) || c.Upstream.Sparkplug != nil {
 		if g.queue, err = openQueue(c, log.With("pkg", "queue")); err != nil {
 			return err
 		}
@@ -133,9 +127,9 @@ func (g *gateway) build(c *conf.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if g.queue != nil {
+	if hasUpstream(c) {
 		g.up = new(stats.Upstream)
-		if g.push, err = newPusher(c, g.queue, g.ring.Snapshot, g.sched.Devices, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
+		if g.push, err = newPusher(c, queueReader(g.queue, cursorPush), g.ring.Snapshot, g.sched.Devices, g.up, edgeWriter{g.sched}, log.With("pkg", "push")); err != nil {
 			return err
 		}
 	}
@@ -265,24 +259,21 @@ type piece struct {
 // have been called.
 func (g *gateway) pieces() []piece {
 	ps := []piece{{"sequence", g.seq.Run}} // writes the next marks; stopped last
+	if g.queue != nil {
+		ps = append(ps, piece{"queue", func(ctx context.Context) error {
+			err := g.queue.Run(ctx)
+			return errors.Join(err, g.queue.Close()) // writes what is still waiting
+		}})
+	}
 	if g.push != nil {
-		ps = append(ps,
-			piece{"queue", func(ctx context.Context) error {
-				err := g.queue.Run(ctx)
-				return errors.Join(err, g.queue.Close()) // writes what is still waiting
-			}},
-			piece{"push", g.push.Run})
+		ps = append(ps, piece{"push", g.push.Run})
 	}
 	ps = append(ps, piece{"history", func(ctx context.Context) error {
 		err := g.hist.Run(ctx) // writes the closed buckets still pending
 		return errors.Join(err, g.hist.Close())
 	}})
 	if g.spb != nil {
-		ps = append(ps,
-			piece{"sparkplug queue", func(ctx context.Context) error {
-				return errors.Join(g.spb.queue.Run(ctx), g.spb.queue.Close())
-			}},
-			piece{"sparkplug", g.spb.node.Run})
+		ps = append(ps, piece{"sparkplug", g.spb.node.Run})
 	}
 	for _, m := range g.mbs {
 		ps = append(ps, piece{"modbus server " + m.Stats().Listen, m.Serve})

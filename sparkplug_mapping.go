@@ -7,22 +7,19 @@ import (
 
 	"edgegw/conf"
 	"edgegw/sparkplug"
-	"edgegw/spool"
 	"edgegw/stats"
 	"edgegw/tagtype"
 )
 
-// sparkplugParts is the Sparkplug B edge node and its own durable queue
-// (data_dir/sparkplug/queue, bounded by [buffer]): it gets every appended
-// batch like the push queue, and only the node takes samples out of it.
+// sparkplugParts is the Sparkplug B edge node. It reads the gateway's one
+// queue (data_dir/queue, bounded by [buffer]) through its own cursor when
+// push reads it too, so a sample is written to flash once.
 type sparkplugParts struct {
-	queue *spool.Queue
-	node  *sparkplug.Node
+	node *sparkplug.Node
 }
 
 // addSparkplug builds the node of [upstream.sparkplug] (none when the
-// section is absent) and makes the ring feed its queue besides the push
-// queue.
+// section is absent), reading g.queue (build opened it).
 func (g *gateway) addSparkplug(c *conf.Config, w sparkplug.Writer, log *slog.Logger) error {
 	s := c.Upstream.Sparkplug
 	if s == nil {
@@ -37,17 +34,9 @@ func (g *gateway) addSparkplug(c *conf.Config, w sparkplug.Writer, log *slog.Log
 	if err != nil {
 		return err
 	}
-	dir, qdir := "", ""
+	dir := ""
 	if c.Gateway.DataDir != "" {
 		dir = filepath.Join(c.Gateway.DataDir, "sparkplug")
-		qdir = filepath.Join(dir, "queue")
-	}
-	q, err := spool.Open(spool.Config{
-		Dir: qdir, MaxBytes: c.Buffer.MaxBytes, Fsync: c.Buffer.Fsync, FsyncInterval: c.Buffer.FsyncInterval,
-		Logger: log.With("queue", "sparkplug"),
-	})
-	if err != nil {
-		return err
 	}
 	var devs []sparkplug.Device
 	for _, d := range c.Devices {
@@ -55,7 +44,6 @@ func (g *gateway) addSparkplug(c *conf.Config, w sparkplug.Writer, log *slog.Log
 		for _, t := range d.Tags {
 			typ, err := tagtype.Parse(t.Type)
 			if err != nil {
-				q.Close()
 				return fmt.Errorf("device %q: tag %q: %w", d.Name, t.Name, err)
 			}
 			sd.Tags = append(sd.Tags, sparkplug.Tag{Name: t.Name, Type: typ, Scaled: t.Scale != 1 || t.Offset != 0,
@@ -71,15 +59,13 @@ func (g *gateway) addSparkplug(c *conf.Config, w sparkplug.Writer, log *slog.Log
 		GroupID: s.GroupID, NodeID: s.NodeID, PrimaryHostID: s.PrimaryHostID, Writes: s.Writes,
 		Broker: m.Broker, ClientID: s.ClientID, Username: user, Password: pass,
 		CAFile: m.CAFile, CertFile: m.CertFile, KeyFile: m.KeyFile, ServerName: m.ServerName,
-		DataDir: dir, Devices: devs, Queue: q, Latest: g.ring.Snapshot, Stats: g.sched.Devices,
+		DataDir: dir, Devices: devs, Queue: queueReader(g.queue, cursorSparkplug), Latest: g.ring.Snapshot, Stats: g.sched.Devices,
 		Upstream: up, Version: version, Writer: w, Logger: log,
 	})
 	if err != nil {
-		q.Close()
 		return err
 	}
-	g.spb = &sparkplugParts{queue: q, node: node}
-	// Its queue reads the ring like the push queue: gateway.consume.
+	g.spb = &sparkplugParts{node: node}
 	return nil
 }
 

@@ -37,7 +37,7 @@ func (g *gateway) storage(dir string) dataDir {
 	}
 	d.writers = append(d.writers, namedWriter{"sequence", g.seq}, namedWriter{"history", g.hist})
 	if g.spb != nil {
-		d.writers = append(d.writers, namedWriter{"sparkplug_queue", g.spb.queue}, namedWriter{"sparkplug_state", g.spb.node})
+		d.writers = append(d.writers, namedWriter{"sparkplug_state", g.spb.node})
 	}
 	return d
 }

@@ -19,16 +19,43 @@ func hasUpstream(c *conf.Config) bool {
 	return len(c.Upstream.WebSocket.URLs) > 0 || (len(c.Upstream.MQTT.Brokers) > 0 && c.Upstream.MQTT.Mode != conf.MQTTOff)
 }
 
-// openQueue opens the durable queue under data_dir ("" = memory only).
+// The queue's cursors when both push and Sparkplug read it.
+const (
+	cursorPush      = "push"
+	cursorSparkplug = "sparkplug"
+)
+
+// openQueue opens the durable queue under data_dir ("" = memory only):
+// the one queue push and Sparkplug read, each sample written once. With
+// both, each reads through its own cursor; with one, through the queue's
+// only cursor (no cursors file).
 func openQueue(c *conf.Config, log *slog.Logger) (*spool.Queue, error) {
 	dir := ""
 	if c.Gateway.DataDir != "" {
 		dir = filepath.Join(c.Gateway.DataDir, "queue")
+		old := filepath.Join(c.Gateway.DataDir, "sparkplug", "queue")
+		if segs, _ := filepath.Glob(filepath.Join(old, "*.seg")); len(segs) > 0 {
+			log.Warn("a Sparkplug queue of an older version is left in data_dir and not read: Sparkplug reads the shared queue now",
+				"dir", old, "segments", len(segs))
+		}
+	}
+	var cursors []string
+	if hasUpstream(c) && c.Upstream.Sparkplug != nil {
+		cursors = []string{cursorPush, cursorSparkplug}
 	}
 	return spool.Open(spool.Config{
 		Dir: dir, MaxBytes: c.Buffer.MaxBytes, Fsync: c.Buffer.Fsync, FsyncInterval: c.Buffer.FsyncInterval,
-		Logger: log,
+		Cursors: cursors, Logger: log,
 	})
+}
+
+// queueReader is what the consumer name reads of q: its cursor when q has
+// several, else q itself.
+func queueReader(q *spool.Queue, name string) spool.Reader {
+	if r := q.Cursor(name); r != nil {
+		return r
+	}
+	return q
 }
 
 // secret reads a token or password file ("" = none), trimming the final newline.
@@ -48,7 +75,7 @@ func secret(what, path string) (string, error) {
 // uplink could carry commands injected on the way); from MQTT only when
 // write_commands is on.
 // devices gives the tag units of the per-tag payloads.
-func newPusher(c *conf.Config, q *spool.Queue, latest func() *ringstore.Snapshot, devices func() []stats.Entry,
+func newPusher(c *conf.Config, q spool.Reader, latest func() *ringstore.Snapshot, devices func() []stats.Entry,
 	st *stats.Upstream, w push.Writer, log *slog.Logger) (*push.Pusher, error) {
 	ws, m := c.Upstream.WebSocket, c.Upstream.MQTT
 	token, err := secret("upstream.websocket.token_file", ws.TokenFile)

@@ -34,7 +34,7 @@ type Config struct {
 	GatewayID string // required
 	WS        WSConfig
 	MQTT      MQTTConfig
-	Queue     *spool.Queue               // required: the batches come from here
+	Queue     spool.Reader               // required: the batches come from here (a cursor of the shared queue)
 	Latest    func() *ringstore.Snapshot // for per-tag retained topics; nil = none
 	State     *stats.Upstream            // nil = a private one
 	Logger    *slog.Logger
@@ -99,7 +99,7 @@ type MQTTConfig struct {
 type Pusher struct {
 	cfg     Config
 	log     *slog.Logger
-	q       *spool.Queue
+	q       spool.Reader
 	st      *stats.Upstream
 	gwJSON  []byte // the gateway id as a JSON string
 	header  http.Header

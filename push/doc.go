@@ -5,10 +5,13 @@
 // reference receiver is package receiver, the demo's broker lab/mqttbroker.
 //
 // It never polls devices, never serves local clients and never imports edge
-// or web: it reads the durable queue (spool.Queue) and the latest values
-// (a func returning a ringstore.Snapshot), and publishes its state in a
-// stats.Upstream. Only acknowledged samples leave the queue: a WebSocket
-// batch on the receiver's ack, an MQTT batch on its PUBACK. The WebSocket
+// or web: it reads the durable queue through its own cursor (a
+// spool.Reader: the gateway's one queue, shared with Sparkplug, is written
+// once) and the latest values (a func returning a ringstore.Snapshot), and
+// publishes its state in a stats.Upstream. Only acknowledged samples move
+// its cursor on: a WebSocket batch on the receiver's ack, an MQTT batch on
+// its PUBACK; what the queue's bound dropped below its cursor is counted
+// for it and reported as a loss with its next batch. The WebSocket
 // uplink is up ("connected") only from a session's first batch acked
 // within AckTimeout: a receiver that answers the handshake and stores
 // nothing counts as down, for the fallback and for the path /healthz reads. Everything else

@@ -41,7 +41,7 @@ type batcher struct {
 // waiting, or a partial batch still lingering: see linger). A batch never
 // mixes epochs: it ends before the first sample of another epoch, and is
 // then due at once. skips is set to the restart skips it crosses.
-func (b *batcher) next(q *spool.Queue, after uint64, now time.Time) []ringstore.Sample {
+func (b *batcher) next(q spool.Reader, after uint64, now time.Time) []ringstore.Sample {
 	b.buf = q.PeekAfter(after, b.max, b.buf[:0])
 	b.skips = b.skips[:0]
 	b.loss = b.loss[:0]

@@ -11,11 +11,12 @@
 // there, flagged is_historical.
 //
 // It never polls devices, never serves local clients and never imports
-// edge, web or push: it reads its own durable queue (a spool.Queue fed
-// with every appended batch), the latest values (a func returning a
+// edge, web or push: it reads the durable queue through its own cursor
+// (a spool.Reader: the gateway's one queue, shared with push, so each
+// sample is written to flash once), the latest values (a func returning a
 // ringstore.Snapshot) and the device health records (stats), and writes
 // through a Writer declared here. Only samples whose message paho has
-// written (or that needed none) leave its queue.
+// written (or that needed none) move its cursor on.
 //
 // Concurrency: Node.Run owns every goroutine it starts (the session loop
 // runs in Run's goroutine; one DCMD write worker) and returns after they

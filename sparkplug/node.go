@@ -52,7 +52,7 @@ type Config struct {
 	DataDir string // bdSeq and aliases; "" = memory only
 	Devices []Device
 
-	Queue    *spool.Queue               // required: this node's own queue, fed with every appended batch
+	Queue    spool.Reader               // required: the node's cursor of the shared queue (or a queue of its own)
 	Latest   func() *ringstore.Snapshot // required: current values for the births
 	Stats    func() []stats.Entry       // device health records (device death); nil = never dead
 	Upstream *stats.Upstream            // for the NBIRTH gateway metrics; nil = none

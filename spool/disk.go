@@ -581,16 +581,21 @@ func (d *diskStore) checkpoint(head uint64, mark bool) error {
 }
 
 // saveAck writes the ack mark file: the decimal seq up to which everything
-// is acknowledged, written to a temporary file (synced unless the policy is
-// "never") and renamed over the old one.
+// is acknowledged (replaceFile).
 func (d *diskStore) saveAck(head uint64) error {
-	path := filepath.Join(d.dir, ackFile)
+	return d.replaceFile(ackFile, []byte(strconv.FormatUint(head, 10)+"\n"))
+}
+
+// replaceFile writes name in the directory through a temporary file
+// (synced unless the policy is "never") renamed over the old one.
+func (d *diskStore) replaceFile(name string, b []byte) error {
+	path := filepath.Join(d.dir, name)
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteString(strconv.FormatUint(head, 10) + "\n")
+	_, err = f.Write(b)
 	if err == nil && d.syncs {
 		err = f.Sync()
 	}

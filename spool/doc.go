@@ -11,11 +11,18 @@
 // kept apart from the last durable one) and the loss ranges (seqs handed
 // to samples and then lost: cut by a crash, dropped at the bound, not
 // writable at shutdown), kept until a batch that crosses them is
-// acknowledged, so that no loss is silent.
+// acknowledged, so that no loss is silent. One queue serves every
+// consumer: each reads with its own Cursor (Config.Cursors, positions
+// kept in queue.cursors beside the ack mark), so a sample is written and
+// synced once whatever the number of senders; a sample leaves the store
+// only when every cursor has acknowledged it, the bound is over what the
+// slowest cursor holds, and a cursor the bound overtakes is moved past
+// the drop with the loss counted for it (its Stats().Dropped) and sent
+// with its next batch.
 //
 // It never numbers samples (ringstore's Sequence does), never sends or
-// serves anything, and never decides what is acknowledged (the sender
-// does); it imports no project package but ringstore. It never deletes an
+// serves anything, and never decides what is acknowledged (each sender
+// does, on its cursor); it imports no project package but ringstore. It never deletes an
 // unacknowledged sample except when the bound drops it (counted), and a
 // read error never deletes or skips anything.
 //

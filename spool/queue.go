@@ -37,6 +37,7 @@ type Config struct {
 	Fsync         string        // FsyncBatched (default), FsyncAlways or FsyncNever
 	FsyncInterval time.Duration // for FsyncBatched, and how often the ack mark is saved (1s)
 	SegmentBytes  int64         // segment file size (MaxBytes/16 within [1 KiB, 8 MiB])
+	Cursors       []string      // the consumers, each reading with its own Cursor; none = one unnamed cursor
 	Logger        *slog.Logger
 }
 
@@ -51,7 +52,7 @@ type Stats struct {
 	Acked         uint64     // everything <= Acked is acknowledged (or dropped)
 	Unwritten     int64      // samples handed off and not (yet) written to the store: to disk, or to memory without Dir
 	Mode          string     // "disk", "memory" (no Dir), or "memory (disk: <error>)" while the disk fails
-	Dropped       uint64     // samples dropped (bound exceeded, not writable at shutdown, handed off after Close)
+	Dropped       uint64     // samples dropped (bound exceeded, not writable at shutdown, handed off after Close); a Cursor's: those it had not acknowledged
 	Corrupt       uint64     // records skipped because their checksum failed (logged with file and offset)
 	DroppedRanges []SeqRange // where the drops were (first 1024 ranges)
 	Lost          uint64     // samples in loss ranges (handed out, never to be sent: Dropped, and what a crash took), since Open
@@ -149,14 +150,15 @@ type Queue struct {
 	kick    chan struct{}
 
 	mu          sync.Mutex
-	head        uint64 // acknowledged (or dropped) up to here
-	mem         fifo   // handed off: cached written samples, then unwritten ones
-	written     int    // mem's first written samples are in the store
-	storeOnly   uint64 // samples with seq <= storeOnly may be in the store only
-	pendBytes   int64  // estBytes of the unwritten samples (mem after written)
-	writtenTo   uint64 // every handed-off sample up to here is written (or was acked)
-	diskErr     error  // the write error that put the queue in memory; nil = writing
-	lastErr     error  // the last write error since Open, kept after a success (WriteHealth)
+	head        uint64    // acknowledged (or dropped) by every cursor up to here: the slowest cursor's head
+	curs        []*Cursor // the consumers' cursors (at least one), in Config.Cursors order
+	mem         fifo      // handed off: cached written samples, then unwritten ones
+	written     int       // mem's first written samples are in the store
+	storeOnly   uint64    // samples with seq <= storeOnly may be in the store only
+	pendBytes   int64     // estBytes of the unwritten samples (mem after written)
+	writtenTo   uint64    // every handed-off sample up to here is written (or was acked)
+	diskErr     error     // the write error that put the queue in memory; nil = writing
+	lastErr     error     // the last write error since Open, kept after a success (WriteHealth)
 	lastErrAt   time.Time
 	diskSince   time.Time
 	diskLog     time.Time    // last "still in memory" line
@@ -188,6 +190,7 @@ type Queue struct {
 	fmu          sync.Mutex // one flush at a time (Run's, Close's): its sync and ack-mark state
 	lastSync     time.Time
 	ackSaved     uint64
+	cursSaved    []uint64 // the cursors' heads saved (named cursors only)
 	lastAckWrite time.Time
 	errLogged    time.Time
 
@@ -218,9 +221,19 @@ func Open(cfg Config) (*Queue, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := checkCursors(cfg.Cursors); err != nil {
+		return nil, err
+	}
 	q := &Queue{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), wake: make(chan struct{}),
 		diskGate: backoff.Gate{Delay: backoff.Delay{Min: 500 * time.Millisecond, Max: 10 * time.Second}},
 		readGate: backoff.Gate{Delay: backoff.Delay{Min: 100 * time.Millisecond, Max: 30 * time.Second}}}
+	names := cfg.Cursors
+	if len(names) == 0 {
+		names = []string{""}
+	}
+	for _, n := range names {
+		q.curs = append(q.curs, &Cursor{q: q, name: n})
+	}
 	if cfg.Dir == "" {
 		q.st = new(memStore)
 		return q, nil
@@ -234,6 +247,19 @@ func Open(cfg Config) (*Queue, error) {
 	q.head, q.ackSaved, q.skips, q.corrupt, q.recovered = rec.head, rec.head, rec.skips, rec.corrupt, rec.bytes
 	q.handed, q.handedEpoch, q.handedSaved = rec.handed, rec.handedEpoch, rec.handed
 	q.losses = rec.losses
+	if len(cfg.Cursors) > 0 {
+		// Each cursor resumes where it was saved, never below the ack mark
+		// (a cursor the file does not name starts there).
+		saved := readCursors(cfg.Dir, q.log)
+		q.cursSaved = make([]uint64, len(q.curs))
+		for i, c := range q.curs {
+			c.head = max(saved[c.name], rec.head)
+			q.cursSaved[i] = c.head
+		}
+		q.head = q.minHeadLocked()
+	} else {
+		q.curs[0].head = rec.head
+	}
 	for _, l := range rec.found {
 		q.addLossLocked(l)
 	}
@@ -455,6 +481,7 @@ func (q *Queue) QueueHealth() (ok bool, reason string) {
 // samples.
 func (q *Queue) addDrop(l Loss, n uint64) {
 	q.dropped += n
+	q.dropCursorsLocked(l, n)
 	q.addLossLocked(l)
 	q.lost -= l.Last - l.First + 1 - n
 	if k := len(q.ranges); k > 0 && q.ranges[k-1].Last+1 == l.First {
@@ -519,30 +546,38 @@ func (q *Queue) releaseLocked() {
 	q.st.release(q.head)
 }
 
-// Stats returns the queue's counters.
-func (q *Queue) Stats() Stats {
+// Stats returns the queue's counters: Samples, Bytes, OldestTS and Acked
+// above the slowest cursor (what the queue holds), Dropped every drop.
+func (q *Queue) Stats() Stats { return q.stats(nil) }
+
+// stats is Stats, as cursor c sees it (nil: the queue's).
+func (q *Queue) stats(c *Cursor) Stats {
 	q.mu.Lock()
-	st := Stats{Acked: q.head, Dropped: q.dropped, Corrupt: q.corrupt, Recovered: q.recovered, Lost: q.lost, LossForgotten: q.lossForgot}
+	head, dropped := q.head, q.dropped
+	if c != nil {
+		head, dropped = c.head, c.dropped
+	}
+	st := Stats{Acked: head, Dropped: dropped, Corrupt: q.corrupt, Recovered: q.recovered, Lost: q.lost, LossForgotten: q.lossForgot}
 	st.DroppedRanges = append([]SeqRange(nil), q.ranges...)
 	st.Losses = append([]Loss(nil), q.losses...)
-	u := q.st.usage(q.head)
+	u := q.st.usage(head)
 	st.Samples, st.Bytes, st.Segments = u.samples, u.bytes, u.segments
 	unwritten := q.mem.items()[q.written:]
 	for i := range unwritten {
-		if unwritten[i].Seq > q.head {
+		if unwritten[i].Seq > head {
 			st.Samples++
 			st.Bytes += estBytes(&unwritten[i])
 		}
 	}
 	st.Unwritten = int64(len(unwritten))
 	st.Mode = q.modeLocked()
-	head, ok := q.head, q.oldestFor == q.head+1
+	ok := head == q.head && q.oldestFor == q.head+1
 	st.OldestTS = q.oldestTS
 	q.mu.Unlock()
 	if st.Samples == 0 {
 		st.OldestTS = 0
 	} else if !ok {
-		if s := q.PeekAfter(head, 1, nil); len(s) > 0 {
+		if s := q.peek(c, head, 1, nil); len(s) > 0 {
 			st.OldestTS = s[0].TS
 			q.mu.Lock()
 			if q.head == head {
@@ -617,8 +652,29 @@ func (q *Queue) flush(final bool) {
 	q.mu.Lock()
 	head := q.head
 	q.st.release(head) // a segment rolled since the last ack
+	var heads []cursorHead
+	moved := false
+	if q.cursSaved != nil {
+		for i, c := range q.curs {
+			heads = append(heads, cursorHead{c.name, c.head})
+			moved = moved || c.head != q.cursSaved[i]
+		}
+	}
 	q.mu.Unlock()
-	mark := head != q.ackSaved && (final || q.cfg.Fsync == FsyncAlways || now.Sub(q.lastAckWrite) >= q.cfg.FsyncInterval)
+	due := final || q.cfg.Fsync == FsyncAlways || now.Sub(q.lastAckWrite) >= q.cfg.FsyncInterval
+	if moved && due {
+		// Before the ack mark: a cursor never lags the mark after a crash
+		// (and one that does starts at the mark, which is below it anyway).
+		if err := q.st.saveCursors(heads); err != nil {
+			q.logErr("save cursors", err)
+		} else {
+			for i, h := range heads {
+				q.cursSaved[i] = h.head
+			}
+			q.lastAckWrite = now
+		}
+	}
+	mark := head != q.ackSaved && due
 	if err := q.st.checkpoint(head, mark); err != nil {
 		q.logErr("save ack mark", err)
 	} else if mark {
@@ -699,47 +755,43 @@ func (q *Queue) Wait() <-chan struct{} {
 	return q.wake
 }
 
-// Acked is the sequence number up to which everything is acknowledged or dropped.
-func (q *Queue) Acked() uint64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.head
-}
+// Acked is the sequence number up to which the first cursor (the only
+// one unless Config.Cursors names several) acknowledged or lost everything.
+func (q *Queue) Acked() uint64 { return q.curs[0].Acked() }
 
-// Ack acknowledges every sample with seq <= last. The mark is saved by the
-// writer (at once with FsyncAlways, else at most every FsyncInterval and at
-// Close), so a crash may bring back a few acknowledged samples, never skip
-// an unacknowledged one.
-func (q *Queue) Ack(last uint64) {
-	q.mu.Lock()
-	if last <= q.head {
-		q.mu.Unlock()
-		return
-	}
-	q.head = last
-	q.releaseLocked()
-	q.mu.Unlock()
-	select {
-	case q.kick <- struct{}{}:
-	default:
-	}
-}
+// Ack acknowledges, for the first cursor, every sample with seq <= last
+// (Cursor.Ack). The mark is saved by the writer (at once with
+// FsyncAlways, else at most every FsyncInterval and at Close), so a crash
+// may bring back a few acknowledged samples, never skip an
+// unacknowledged one.
+func (q *Queue) Ack(last uint64) { q.curs[0].Ack(last) }
 
-// Peek returns up to n of the oldest unacknowledged samples, in order,
-// appended to dst, without removing them.
+// Peek returns up to n of the oldest samples the first cursor has not
+// acknowledged, in order, appended to dst, without removing them.
 func (q *Queue) Peek(n int, dst []ringstore.Sample) []ringstore.Sample { return q.PeekAfter(0, n, dst) }
 
 // PeekAfter is Peek for the samples with seq > after (and > Acked): a sender
 // with batches in flight reads past them. The result is always a gap-free
 // continuation: a sample is never skipped unless it was dropped (and counted).
 func (q *Queue) PeekAfter(after uint64, n int, dst []ringstore.Sample) []ringstore.Sample {
+	return q.peek(q.curs[0], after, n, dst)
+}
+
+// peek is PeekAfter above cursor c's head (nil: above the queue's).
+func (q *Queue) peek(c *Cursor, after uint64, n int, dst []ringstore.Sample) []ringstore.Sample {
 	if n <= 0 {
 		return dst
+	}
+	floor := func() uint64 { // mu held
+		if c != nil {
+			return max(c.head, q.head)
+		}
+		return q.head
 	}
 	start := len(dst)
 	for attempt := 0; attempt < 4; attempt++ {
 		q.mu.Lock()
-		after = max(after, q.head)
+		after = max(after, floor())
 		if after >= q.storeOnly {
 			dst = q.peekMem(after, n, dst)
 			q.mu.Unlock()
@@ -759,7 +811,7 @@ func (q *Queue) PeekAfter(after uint64, n int, dst []ringstore.Sample) []ringsto
 			if got < n && last >= storeOnly {
 				q.mu.Lock()
 				if last >= q.storeOnly {
-					dst = q.peekMem(max(last, q.head), n-got, dst)
+					dst = q.peekMem(max(last, floor()), n-got, dst)
 				}
 				q.mu.Unlock()
 			}

@@ -43,6 +43,9 @@ type store interface {
 	// checkpoint removes the files of what was released and, with mark,
 	// saves the ack mark head. Called by Run's goroutine (and Close).
 	checkpoint(head uint64, mark bool) error
+	// saveCursors replaces the named cursors' positions kept with the
+	// queue (before the ack mark, at the same moments).
+	saveCursors(heads []cursorHead) error
 	// saveSkips replaces the restart skips kept with the queue.
 	saveSkips(skips []ringstore.Skip) error
 	// saveLosses replaces the loss ranges kept with the queue.
@@ -166,6 +169,7 @@ func (m *memStore) release(head uint64) {
 
 func (m *memStore) checkpoint(uint64, bool) error    { return nil }
 func (m *memStore) saveSkips([]ringstore.Skip) error { return nil }
+func (m *memStore) saveCursors([]cursorHead) error   { return nil }
 func (m *memStore) saveLosses([]Loss) error          { return nil }
 func (m *memStore) saveHanded(_, _, _ uint64) error  { return nil }
 func (m *memStore) close()                           {}
