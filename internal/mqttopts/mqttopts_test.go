@@ -12,8 +12,8 @@ import (
 // when given.
 func TestOptions(t *testing.T) {
 	tc := &tls.Config{ServerName: "broker.test"}
-	r := mqtt.NewOptionsReader(Options([]string{"tcp://127.0.0.1:1", "ssl://127.0.0.2:2"}, "cid", "u", "p", tc))
-	if s := r.Servers(); len(s) != 2 || s[0].String() != "tcp://127.0.0.1:1" || s[1].String() != "ssl://127.0.0.2:2" {
+	r := mqtt.NewOptionsReader(Options([]string{"tcp://broker-a.invalid:1883", "ssl://broker-b.invalid:8883"}, "cid", "u", "p", tc))
+	if s := r.Servers(); len(s) != 2 || s[0].String() != "tcp://broker-a.invalid:1883" || s[1].String() != "ssl://broker-b.invalid:8883" {
 		t.Errorf("servers %v, want both in order", s)
 	}
 	if r.ClientID() != "cid" || r.Username() != "u" || r.Password() != "p" {
