@@ -1,6 +1,9 @@
-// Command edgegw is the gateway: see README.md. The files of package main
-// only parse flags, map the config onto each package's Config, start the
-// pieces in order and stop them in reverse order.
+// Command edgegw is the gateway: see README.md. main parses the flags and
+// runs the subcommand: run assembles the gateway (the config mapped onto
+// each package's Config, the preflight checks, the pieces started in order
+// and stopped in reverse order, reloads), check, read, scan,
+// hash-password and version are the field's tools, and the lab's commands
+// exist only in builds without -tags nolab.
 package main
 
 import (

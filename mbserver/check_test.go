@@ -1,34 +1,12 @@
 package mbserver_test
 
 import (
-	"bytes"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"edgegw/stats"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lockedBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
 func snapshots(es []stats.Entry) map[string]stats.Snapshot {
 	out := map[string]stats.Snapshot{}

@@ -2,6 +2,7 @@ package mbserver_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,10 +148,10 @@ func TestPassThroughWritesAndDeadUnit(t *testing.T) {
 	ring := newRing(t)
 	s := runSched(t, rtuDevices(line, interval, timeout), ring)
 	units := map[uint8]string{5: "meter-1", 7: "meter-2", 9: "dead-3"}
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	stOff, stOn := new(stats.ModbusServer), new(stats.ModbusServer)
 	_, off := runServer(t, mbserver.Config{Passer: passer{s}, Units: units, Stats: stOff})
-	_, on := runServer(t, mbserver.Config{Passer: passer{s}, Units: units, Writes: true, Stats: stOn, Logger: logs.logger()})
+	_, on := runServer(t, mbserver.Config{Passer: passer{s}, Units: units, Writes: true, Stats: stOn, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 
 	waitPolled(t, s)
 	write := []byte{6, 0, 3, 0x12, 0x34} // FC6 register 3 = 0x1234

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"edgegw/internal/backoff"
+	"edgegw/internal/mqttopts"
 	"edgegw/ringstore"
 	"edgegw/stats"
 	"edgegw/wire"
@@ -18,16 +19,14 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
-// mqttLink is the paho client with paho v1.5.1's traps handled: the ordered
-// memory store (the default one resends QoS 1 in random order after a
-// reconnect), SetOrderMatters(false) (else a slow handler blocks the
-// network loop), SetWriteTimeout (else a Publish on a dead link can block
-// for ever), a bounded reconnect interval, SetConnectRetry, a retained
-// status with a retained last will, tokens waited for with a bound (a token
-// is no delivery receipt: a publish that timed out may still arrive, so
-// every payload carries seq), and the link state read with IsConnectionOpen
-// (IsConnected is true while reconnecting). Changes of the link are
-// broadcast like Queue.Wait.
+// mqttLink is the paho client with paho v1.5.1's traps handled: those
+// mqttopts.Options handles for both uplinks (the ordered memory store,
+// SetOrderMatters(false), SetWriteTimeout), a bounded reconnect interval,
+// SetConnectRetry, a retained status with a retained last will, tokens
+// waited for with a bound (a token is no delivery receipt: a publish that
+// timed out may still arrive, so every payload carries seq), and the link
+// state read with IsConnectionOpen (IsConnected is true while
+// reconnecting). Changes of the link are broadcast like Queue.Wait.
 type mqttLink struct {
 	c      mqtt.Client
 	prefix string
@@ -43,27 +42,12 @@ func (p *Pusher) newMQTT() *mqttLink {
 	m := p.cfg.MQTT
 	l := &mqttLink{prefix: m.TopicPrefix, change: make(chan struct{})}
 	log := p.log.With("broker", strings.Join(redacted(m.Brokers), ","))
-	o := mqtt.NewClientOptions()
-	for _, b := range m.Brokers {
-		o.AddBroker(b) // paho tries them in this order at each connect and reconnect
-	}
-	o.SetClientID(m.ClientID).
-		SetUsername(m.Username).
-		SetPassword(m.Password).
-		SetCleanSession(true).
-		SetStore(mqtt.NewOrderedMemoryStore()).
-		SetOrderMatters(false).
-		SetWriteTimeout(10*time.Second).
-		SetConnectTimeout(10*time.Second).
-		SetKeepAlive(30*time.Second).
-		SetAutoReconnect(true).
+	o := mqttopts.Options(m.Brokers, m.ClientID, m.Username, m.Password, p.tlsMQTT) // paho tries the brokers in this order at each connect and reconnect
+	o.SetAutoReconnect(true).
 		SetConnectRetry(true).
 		SetConnectRetryInterval(m.ReconnectMin).
 		SetMaxReconnectInterval(m.ReconnectMax).
 		SetWill(m.TopicPrefix+"/status", wire.StatusOffline, 1, true)
-	if p.tlsMQTT != nil {
-		o.SetTLSConfig(p.tlsMQTT)
-	}
 	if m.WriteCommands {
 		l.cmds = make(chan mqttCmd, 8)
 	}
@@ -184,7 +168,7 @@ func (p *Pusher) mqttSender(ctx, run context.Context, l *mqttLink) {
 		// Settle completed tokens, in order.
 		for len(inflight) > 0 {
 			f := inflight[0]
-			if !isDone(f.tok) {
+			if !mqttopts.Done(f.tok) {
 				break
 			}
 			if err := f.tok.Error(); err != nil {
@@ -255,21 +239,12 @@ func (p *Pusher) settle(run context.Context, inflight []pub, log *slog.Logger) {
 		case <-run.Done():
 		}
 		timer.Stop()
-		if !isDone(f.tok) || f.tok.Error() != nil {
+		if !mqttopts.Done(f.tok) || f.tok.Error() != nil {
 			log.Debug("push: mqtt: stopped sender: batch in flight not confirmed; the next path sends it again", "last", f.last)
 			return
 		}
 		p.q.Ack(f.last)
 		p.st.SentMQTT.Add(uint64(f.n))
-	}
-}
-
-func isDone(t mqtt.Token) bool {
-	select {
-	case <-t.Done():
-		return true
-	default:
-		return false
 	}
 }
 

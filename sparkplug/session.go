@@ -13,6 +13,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"edgegw/internal/mqttopts"
 	"edgegw/ringstore"
 	"edgegw/stats"
 )
@@ -43,25 +44,12 @@ func (n *Node) session(ctx context.Context) error {
 	ev := &events{lost: make(chan struct{}), rebirth: make(chan struct{}, 1), state: make(chan struct{}, 1)}
 	will := AppendPayload(nil, &Payload{Timestamp: nowMS(), HasTimestamp: true,
 		Metrics: []Metric{{Name: MetricBdSeq, HasName: true, Datatype: TypeInt64, Value: Value{Kind: KindLong, U: bdSeq}}}})
-	o := mqtt.NewClientOptions().
-		AddBroker(n.cfg.Broker).
-		SetClientID(n.cfg.ClientID).
-		SetUsername(n.cfg.Username).
-		SetPassword(n.cfg.Password).
-		SetCleanSession(true).
-		SetStore(mqtt.NewOrderedMemoryStore()).
-		SetOrderMatters(false).
-		SetWriteTimeout(10*time.Second).
-		SetConnectTimeout(10*time.Second).
-		SetKeepAlive(30*time.Second).
-		// One connection per session: a reconnect must carry a new bdSeq
-		// in a new will, which paho's own reconnect cannot do.
-		SetAutoReconnect(false).
+	o := mqttopts.Options([]string{n.cfg.Broker}, n.cfg.ClientID, n.cfg.Username, n.cfg.Password, n.tlsConf)
+	// One connection per session: a reconnect must carry a new bdSeq in a
+	// new will, which paho's own reconnect cannot do.
+	o.SetAutoReconnect(false).
 		SetConnectRetry(false).
 		SetBinaryWill(n.Topic("NDEATH", ""), will, 1, false)
-	if n.tlsConf != nil {
-		o.SetTLSConfig(n.tlsConf)
-	}
 	o.SetConnectionLostHandler(func(_ mqtt.Client, err error) {
 		ev.once.Do(func() { ev.lostErr = err; close(ev.lost) })
 	})
@@ -188,7 +176,7 @@ func (s *sess) run(ctx context.Context) error {
 	for {
 		// Settle written messages in order: the queue is acknowledged up
 		// to the last sample of each.
-		for len(s.inflight) > 0 && isDone(s.inflight[0].tok) {
+		for len(s.inflight) > 0 && mqttopts.Done(s.inflight[0].tok) {
 			f := s.inflight[0]
 			if err := f.tok.Error(); err != nil {
 				return fmt.Errorf("sparkplug: publish: %w", err)
@@ -232,7 +220,7 @@ func (s *sess) run(ctx context.Context) error {
 				waitToken(ctx, t, 5*time.Second)
 				// Acknowledge, in order, what paho wrote before the NDEATH.
 				for _, f := range s.inflight {
-					if !isDone(f.tok) || f.tok.Error() != nil {
+					if !mqttopts.Done(f.tok) || f.tok.Error() != nil {
 						break
 					}
 					if f.last != 0 {
@@ -267,15 +255,6 @@ func (s *sess) sayDeath() {
 func (s *sess) death() []byte {
 	return AppendPayload(nil, &Payload{Timestamp: nowMS(), HasTimestamp: true,
 		Metrics: []Metric{{Name: MetricBdSeq, HasName: true, Datatype: TypeInt64, Value: Value{Kind: KindLong, U: s.bdSeq}}}})
-}
-
-func isDone(t mqtt.Token) bool {
-	select {
-	case <-t.Done():
-		return true
-	default:
-		return false
-	}
 }
 
 // doneToken is a completed token: a queue step that needed no message.

@@ -42,6 +42,12 @@ func (p *promWriter) family(name, typ, help string) {
 	p.b = append(p.b, '\n')
 }
 
+// single writes a family of one sample without labels.
+func (p *promWriter) single(name, typ, help string, v float64) {
+	p.family(name, typ, help)
+	p.sample(name, v)
+}
+
 // sample writes name{k1="v1",…} value; labels alternate name, value.
 func (p *promWriter) sample(name string, v float64, labels ...string) {
 	p.b = append(p.b, name...)
@@ -133,10 +139,8 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 
 	p.family("edgegw_build_info", "gauge", "Gateway identity; the value is always 1.")
 	p.sample("edgegw_build_info", 1, "gateway", s.cfg.GatewayID, "version", s.cfg.Version)
-	p.family("edgegw_uptime_seconds", "gauge", "Seconds since the web server was built.")
-	p.sample("edgegw_uptime_seconds", now.Sub(s.started).Seconds())
-	p.family("edgegw_ring_sequence", "gauge", "Last sequence number appended to the ring.")
-	p.sample("edgegw_ring_sequence", float64(s.cfg.Ring.Snapshot().Seq))
+	p.single("edgegw_uptime_seconds", "gauge", "Seconds since the web server was built.", now.Sub(s.started).Seconds())
+	p.single("edgegw_ring_sequence", "gauge", "Last sequence number appended to the ring.", float64(s.cfg.Ring.Snapshot().Seq))
 
 	p.histogram("edgegw_device_rtt_seconds", "Round trip of one Modbus request (good responses).", devs,
 		func(st *stats.Snapshot) stats.HistogramSnapshot { return st.RTT })
@@ -185,8 +189,7 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 	}
 
 	if a := s.cfg.Acquisition; a != nil {
-		p.family("edgegw_udp_unknown_source_total", "counter", "Datagrams on the Modbus UDP socket from an address that is no device.")
-		p.sample("edgegw_udp_unknown_source_total", float64(a.UDPUnknownSource.Load()))
+		p.single("edgegw_udp_unknown_source_total", "counter", "Datagrams on the Modbus UDP socket from an address that is no device.", float64(a.UDPUnknownSource.Load()))
 	}
 
 	st := s.Stats()
@@ -203,22 +206,17 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 	for m := range nMethods {
 		p.sample("edgegw_web_rejected_total", float64(ms[m].Rejected), "method", methodNames[m])
 	}
-	p.family("edgegw_web_too_large_total", "counter", "Requests refused because their body exceeded the limit.")
-	p.sample("edgegw_web_too_large_total", float64(st.TooLarge))
+	p.single("edgegw_web_too_large_total", "counter", "Requests refused because their body exceeded the limit.", float64(st.TooLarge))
 	p.family("edgegw_web_ws_dropped_total", "counter", "WebSocket clients dropped as too slow, by reason: queue_full (the hub found its queue full), "+
 		"write_timeout (a write blocked past its timeout), no_pong (no pong within the read deadline), queue_budget (its next message would pass the queue budget).")
 	dr := st.WSDroppedBy
 	for i, n := range [nDrops]uint64{dropQueueFull: dr.QueueFull, dropWriteTimeout: dr.WriteTimeout, dropNoPong: dr.NoPong, dropBudget: dr.QueueBudget} {
 		p.sample("edgegw_web_ws_dropped_total", float64(n), "reason", dropNames[i])
 	}
-	p.family("edgegw_web_ws_queued_bytes", "gauge", "Bytes in messages encoded for one WebSocket client alone (snapshots, resume chunks) and not yet written, all clients.")
-	p.sample("edgegw_web_ws_queued_bytes", float64(st.WSQueuedBytes))
-	p.family("edgegw_web_ws_queue_budget_bytes", "gauge", "The bound of edgegw_web_ws_queued_bytes; beyond it a client is closed with 1013.")
-	p.sample("edgegw_web_ws_queue_budget_bytes", float64(st.WSQueueBudget))
-	p.family("edgegw_web_ws_frames_sent_total", "counter", "Data frames written to WebSocket clients.")
-	p.sample("edgegw_web_ws_frames_sent_total", float64(st.WSFramesSent))
-	p.family("edgegw_web_ws_bad_messages_total", "counter", "WebSocket clients closed for a malformed or oversized message.")
-	p.sample("edgegw_web_ws_bad_messages_total", float64(st.WSBadMessages))
+	p.single("edgegw_web_ws_queued_bytes", "gauge", "Bytes in messages encoded for one WebSocket client alone (snapshots, resume chunks) and not yet written, all clients.", float64(st.WSQueuedBytes))
+	p.single("edgegw_web_ws_queue_budget_bytes", "gauge", "The bound of edgegw_web_ws_queued_bytes; beyond it a client is closed with 1013.", float64(st.WSQueueBudget))
+	p.single("edgegw_web_ws_frames_sent_total", "counter", "Data frames written to WebSocket clients.", float64(st.WSFramesSent))
+	p.single("edgegw_web_ws_bad_messages_total", "counter", "WebSocket clients closed for a malformed or oversized message.", float64(st.WSBadMessages))
 	p.family("edgegw_web_rate_limited_total", "counter", "Requests refused with 429, per class (hash: no slot or CPU budget to verify a password; connections: the client held its connections_per_client).")
 	p.sample("edgegw_web_rate_limited_total", float64(st.RateLimitedPoll), "class", "poll")
 	p.sample("edgegw_web_rate_limited_total", float64(st.RateLimitedRead), "class", "read")
@@ -228,18 +226,12 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 	p.sample("edgegw_web_rate_limited_total", float64(st.RateLimitedAuth), "class", "auth")
 	p.sample("edgegw_web_rate_limited_total", float64(st.HashRefused), "class", "hash")
 	p.sample("edgegw_web_rate_limited_total", float64(st.ConnsPerClientLimited), "class", "connections")
-	p.family("edgegw_web_forbidden_total", "counter", "Requests refused with 403: the client is outside allowed_networks.")
-	p.sample("edgegw_web_forbidden_total", float64(st.Forbidden))
-	p.family("edgegw_web_password_hashes_total", "counter", "PBKDF2 verifications of basic-auth passwords (credentials not in the cache).")
-	p.sample("edgegw_web_password_hashes_total", float64(st.PasswordHashes))
-	p.family("edgegw_web_auth_failures_total", "counter", "Requests refused with 401 (missing or wrong credentials).")
-	p.sample("edgegw_web_auth_failures_total", float64(st.AuthFailures))
-	p.family("edgegw_web_connections", "gauge", "TCP connections open now.")
-	p.sample("edgegw_web_connections", float64(st.ConnsOpen))
-	p.family("edgegw_web_connections_refused_total", "counter", "Connections closed at accept beyond max_conns.")
-	p.sample("edgegw_web_connections_refused_total", float64(st.ConnsRefused))
-	p.family("edgegw_web_accept_errors_total", "counter", "Accept failures (out of file descriptors): connections left waiting in the backlog.")
-	p.sample("edgegw_web_accept_errors_total", float64(st.AcceptErrors))
+	p.single("edgegw_web_forbidden_total", "counter", "Requests refused with 403: the client is outside allowed_networks.", float64(st.Forbidden))
+	p.single("edgegw_web_password_hashes_total", "counter", "PBKDF2 verifications of basic-auth passwords (credentials not in the cache).", float64(st.PasswordHashes))
+	p.single("edgegw_web_auth_failures_total", "counter", "Requests refused with 401 (missing or wrong credentials).", float64(st.AuthFailures))
+	p.single("edgegw_web_connections", "gauge", "TCP connections open now.", float64(st.ConnsOpen))
+	p.single("edgegw_web_connections_refused_total", "counter", "Connections closed at accept beyond max_conns.", float64(st.ConnsRefused))
+	p.single("edgegw_web_accept_errors_total", "counter", "Accept failures (out of file descriptors): connections left waiting in the backlog.", float64(st.AcceptErrors))
 	p.family("edgegw_web_writes_total", "counter", "POST /api/write by outcome: ok, failed (device or check), refused (before the writer).")
 	p.sample("edgegw_web_writes_total", float64(st.WritesOK), "result", "ok")
 	p.sample("edgegw_web_writes_total", float64(st.WritesFailed), "result", "failed")
@@ -252,22 +244,14 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 		for _, path := range []string{stats.PathOff, stats.PathWebSocket, stats.PathMQTT, stats.PathBuffering, stats.PathUnauthorized} {
 			p.sample("edgegw_upstream_path", b2f(u.Path == path), "path", path)
 		}
-		p.family("edgegw_upstream_queue_samples", "gauge", "Samples waiting for an upstream acknowledgement.")
-		p.sample("edgegw_upstream_queue_samples", float64(u.QueueSamples))
-		p.family("edgegw_upstream_queue_bytes", "gauge", "Bytes those samples take in the durable queue.")
-		p.sample("edgegw_upstream_queue_bytes", float64(u.QueueBytes))
-		p.family("edgegw_upstream_oldest_unacked_age_seconds", "gauge", "Age of the oldest unacknowledged sample, 0 if none.")
-		p.sample("edgegw_upstream_oldest_unacked_age_seconds", u.OldestUnackAgeS)
-		p.family("edgegw_upstream_queue_degraded", "gauge", "1 while the durable queue keeps samples in memory because the disk refuses writes.")
-		p.sample("edgegw_upstream_queue_degraded", b2f(strings.HasPrefix(us.QueueMode, "memory (disk")))
-		p.family("edgegw_upstream_queue_corrupt_total", "counter", "Durable queue records skipped because their checksum failed.")
-		p.sample("edgegw_upstream_queue_corrupt_total", float64(us.QueueCorrupt))
-		p.family("edgegw_upstream_dropped_total", "counter", "Samples dropped because the durable queue hit its bound.")
-		p.sample("edgegw_upstream_dropped_total", float64(u.Dropped))
-		p.family("edgegw_upstream_reconnects_total", "counter", "Upstream WebSocket and MQTT reconnects.")
-		p.sample("edgegw_upstream_reconnects_total", float64(u.Reconnects))
-		p.family("edgegw_upstream_ws_sessions_failed_total", "counter", "WebSocket sessions that ended with no batch acknowledged (a receiver that stores nothing).")
-		p.sample("edgegw_upstream_ws_sessions_failed_total", float64(us.WSSessionsFailed))
+		p.single("edgegw_upstream_queue_samples", "gauge", "Samples waiting for an upstream acknowledgement.", float64(u.QueueSamples))
+		p.single("edgegw_upstream_queue_bytes", "gauge", "Bytes those samples take in the durable queue.", float64(u.QueueBytes))
+		p.single("edgegw_upstream_oldest_unacked_age_seconds", "gauge", "Age of the oldest unacknowledged sample, 0 if none.", u.OldestUnackAgeS)
+		p.single("edgegw_upstream_queue_degraded", "gauge", "1 while the durable queue keeps samples in memory because the disk refuses writes.", b2f(strings.HasPrefix(us.QueueMode, "memory (disk")))
+		p.single("edgegw_upstream_queue_corrupt_total", "counter", "Durable queue records skipped because their checksum failed.", float64(us.QueueCorrupt))
+		p.single("edgegw_upstream_dropped_total", "counter", "Samples dropped because the durable queue hit its bound.", float64(u.Dropped))
+		p.single("edgegw_upstream_reconnects_total", "counter", "Upstream WebSocket and MQTT reconnects.", float64(u.Reconnects))
+		p.single("edgegw_upstream_ws_sessions_failed_total", "counter", "WebSocket sessions that ended with no batch acknowledged (a receiver that stores nothing).", float64(us.WSSessionsFailed))
 		p.family("edgegw_upstream_sent_total", "counter", "Samples acknowledged upstream, per path.")
 		p.sample("edgegw_upstream_sent_total", float64(u.SentWS), "path", stats.PathWebSocket)
 		p.sample("edgegw_upstream_sent_total", float64(u.SentMQTT), "path", stats.PathMQTT)

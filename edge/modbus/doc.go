@@ -27,7 +27,9 @@
 // batches in flight for an event loop (per-request deadlines, woken once
 // per completed batch, each request taken back when it ends). Matching, checks and
 // counters are the same on every path, and none of Do, SendRound or the
-// reader allocates per poll in steady state.
+// reader allocates per poll in steady state: a Request encodes its MBAP
+// ADU into its own buffer (the bytes goburrow's packager would encode,
+// which allocates).
 //
 // UDP transaction ids are random per request (ChaCha8 seeded from
 // crypto/rand), never 0 and never reused while pending or among the

@@ -71,3 +71,26 @@ func TestPDUChecksRTUFraming(t *testing.T) {
 		t.Errorf("dropped %d, want 2", n)
 	}
 }
+
+// TestRequestEncodeIsPackagers: the allocation-free paths' hand-encoded
+// MBAP request is byte for byte what goburrow's TCP packager encodes for
+// the same read (its first transaction id is 1).
+func TestRequestEncodeIsPackagers(t *testing.T) {
+	for _, fc := range []byte{1, 2, 3, 4} {
+		for _, c := range []struct {
+			unit      byte
+			addr, qty uint16
+		}{{1, 0, 1}, {247, 0x1234, 125}, {0, 0xffff, 1}, {17, 40000, 2000}} {
+			pk := gb.NewTCPClientHandler("")
+			pk.SlaveId = c.unit
+			want, err := pk.Encode(&gb.ProtocolDataUnit{FunctionCode: fc, Data: []byte{byte(c.addr >> 8), byte(c.addr), byte(c.qty >> 8), byte(c.qty)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &Request{Func: fc, Addr: c.addr, Qty: c.qty}
+			if got := r.encode(1, c.unit); string(got) != string(want) {
+				t.Errorf("fc %d unit %d addr %d qty %d: encode % x, packager % x", fc, c.unit, c.addr, c.qty, got, want)
+			}
+		}
+	}
+}

@@ -61,7 +61,13 @@ func (r *Request) op() string {
 	return fmt.Sprintf("function %d", r.Func)
 }
 
-// encode writes the MBAP request ADU.
+// encode writes the MBAP request ADU into r's own buffer: the bytes
+// goburrow's TCP packager would encode (TestRequestEncodeIsPackagers), by
+// hand because its Encode allocates a new ADU per call and numbers
+// transactions from its own counter, while TCPConn.Do, UDPConn.Do and
+// SendRound allocate nothing and take the transport's id (the socket's
+// pending table on UDP). The goburrow path (Read*, ident) keeps the
+// packager.
 func (r *Request) encode(tid uint16, unit byte) []byte {
 	a := r.adu[:]
 	binary.BigEndian.PutUint16(a[0:], tid)

@@ -45,23 +45,34 @@ func (s *UDPSocket) SendRound(reqs []*Request, deadline time.Time) {
 	}
 	waited := deadline.Sub(start)
 	for _, r := range reqs {
-		switch {
-		case r == nil:
-		case r.Conn == nil || r.Conn.t.s != s:
-			r.Data, r.Err = nil, errNotThisSocket
-		case r.pend.state == pendIdle:
-			err := r.check()
-			if err == nil {
-				err = net.ErrClosed
-			}
-			r.fail(&r.Conn.device, err)
-		case r.pend.state == pendExpired && r.pend.sendErr != nil:
-			r.fail(&r.Conn.device, r.pend.sendErr)
-			r.pend.sendErr = nil
-		default:
+		if r != nil && !s.failUnsent(r) {
 			r.result(&r.Conn.device, waited)
 		}
 	}
+}
+
+// failUnsent ends r, whose wait is over, when it never was in flight (no
+// device of this socket, a closed device, a request that cannot be sent)
+// or its datagram could not be sent, and reports whether it did; otherwise
+// r is answered or timed out and its caller takes the result. Caller does
+// not hold mu (r is no longer pending).
+func (s *UDPSocket) failUnsent(r *Request) bool {
+	switch {
+	case r.Conn == nil || r.Conn.t.s != s:
+		r.Data, r.Err = nil, errNotThisSocket
+	case r.pend.state == pendIdle:
+		err := r.check()
+		if err == nil {
+			err = net.ErrClosed
+		}
+		r.fail(&r.Conn.device, err)
+	case r.pend.state == pendExpired && r.pend.sendErr != nil:
+		r.fail(&r.Conn.device, r.pend.sendErr)
+		r.pend.sendErr = nil
+	default:
+		return false
+	}
+	return true
 }
 
 // waiter takes a free round waiter (or makes one). Caller does not hold mu.
@@ -246,19 +257,7 @@ func (rd *Round) Done(r *Request, now time.Time) bool {
 	}
 	s.mu.Unlock()
 	r.Replied = time.Time{}
-	switch {
-	case r.Conn == nil || r.Conn.t.s != s:
-		r.Data, r.Err = nil, errNotThisSocket
-	case r.pend.state == pendIdle:
-		err := r.check()
-		if err == nil {
-			err = net.ErrClosed
-		}
-		r.fail(&r.Conn.device, err)
-	case r.pend.state == pendExpired && r.pend.sendErr != nil:
-		r.fail(&r.Conn.device, r.pend.sendErr)
-		r.pend.sendErr = nil
-	default:
+	if !s.failUnsent(r) {
 		r.result(&r.Conn.device, r.Conn.t.timeout)
 	}
 	r.pend.state = pendIdle
