@@ -11,7 +11,7 @@ export SOURCE_DATE_EPOCH
 # The armv7 gateway binary must not be above SIZE_BUDGET_ARMV7 (make size
 # and TestSizeBudgetARMv7 fail); SIZE_GOAL_ARMV7 is the house issue's goal
 # (make size says how far the binary is from it).
-SIZE_BUDGET_ARMV7 ?= 8000000
+SIZE_BUDGET_ARMV7 ?= 8100000
 SIZE_GOAL_ARMV7   ?= 7900000
 REPRO_DIR         ?= dist/repro
 QEMU_AARCH64      ?= qemu-aarch64

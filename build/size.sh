@@ -11,7 +11,7 @@
 set -eu
 
 [ $# -ge 2 ] || { echo "usage: $0 BINDIR SYMBIN [BUDGET_BYTES [GOAL_BYTES]]" >&2; exit 2; }
-bindir=$1 symbin=$2 budget=${3:-8000000} goal=${4:-$budget}
+bindir=$1 symbin=$2 budget=${3:-8100000} goal=${4:-$budget}
 GO=${GO:-go}
 top=${TOP:-15}
 

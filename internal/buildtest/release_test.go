@@ -210,7 +210,7 @@ func TestReleaseTarballReproducible(t *testing.T) {
 // gateway runs; the lab is in edgegw-lab) must not be above the budget
 // (small flash); the goal (the house issue's) is logged with the distance.
 const (
-	sizeBudgetARMv7 = 8_000_000
+	sizeBudgetARMv7 = 8_100_000
 	sizeGoalARMv7   = 7_900_000
 )
 
