@@ -13,6 +13,8 @@ import (
 
 	"edgegw/conf"
 	"edgegw/edge"
+	"edgegw/internal/cli"
+	"edgegw/internal/gateway"
 	"edgegw/ringstore"
 )
 
@@ -46,20 +48,20 @@ func cmdCheck(args []string, out io.Writer) error {
 	}
 	c, err := conf.Load(*path)
 	if err != nil {
-		printConfErrors(os.Stderr, err)
-		return errInvalidConfig
+		cli.PrintConfErrors(os.Stderr, err)
+		return cli.ErrInvalidConfig
 	}
-	if errs, warns := preflight(c); !printPreflight(os.Stderr, errs, warns) {
-		return errInvalidConfig
+	if errs, warns := gateway.Preflight(c); !gateway.PrintPreflight(os.Stderr, errs, warns) {
+		return cli.ErrInvalidConfig
 	}
 	// Warnings the pieces log as they are built (run logs them too).
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	g, err := newGateway(c, log, true)
+	g, err := gateway.New(c, log, true)
 	if err != nil {
 		return err
 	}
-	defer g.release()
-	sched := g.sched
+	defer g.Release()
+	sched := g.Scheduler()
 	c.WriteTable(out)
 	c.WriteModbusServers(out)
 	fmt.Fprintln(out, "\nread plan (one poll of each device; a device with tags at several intervals: the polls of each):")
@@ -101,7 +103,7 @@ func checkPoll(sched *edge.Scheduler, c *conf.Config, only string, out io.Writer
 		return fmt.Errorf("-device %q: no such device in %s", only, c.File)
 	}
 	fmt.Fprintln(out, "\npoll (each device once, as run polls it):")
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	res, err := sched.PollOnce(ctx, only)
 	if err != nil {
@@ -148,17 +150,4 @@ func sampleValue(s ringstore.Sample) string {
 		return strconv.FormatFloat(s.Value, 'g', -1, 32)
 	}
 	return strconv.FormatFloat(s.Value, 'g', -1, 64)
-}
-
-// printConfErrors prints one problem a line.
-func printConfErrors(w io.Writer, err error) {
-	var es conf.Errors
-	if errors.As(err, &es) {
-		for _, e := range es {
-			fmt.Fprintln(w, e)
-		}
-		fmt.Fprintf(w, "%d problem(s)\n", len(es))
-		return
-	}
-	fmt.Fprintln(w, err)
 }

@@ -4,16 +4,14 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"os/signal"
 	"runtime"
-	"syscall"
+
+	"edgegw/internal/cli"
+	"edgegw/internal/gateway"
 )
 
 // Stamped by the Makefile (-X main.version=… etc.).
@@ -57,6 +55,8 @@ func main() {
 		os.Exit(2)
 	}
 	cmd, args := os.Args[1], os.Args[2:]
+	gateway.SetVersion(version)
+	gateway.SetVersion(version)
 	var err error
 	switch cmd {
 	case "run":
@@ -84,38 +84,10 @@ func main() {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		os.Exit(2)
-	case errors.Is(err, errInvalidConfig):
+	case errors.Is(err, cli.ErrInvalidConfig):
 		os.Exit(1) // already printed
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "edgegw %s: %v\n", cmd, err)
 		os.Exit(1)
 	}
-}
-
-var errInvalidConfig = errors.New("invalid config")
-
-// logFlags adds -log-format and -log-level to fs; the returned function
-// builds the logger after parsing.
-func logFlags(fs *flag.FlagSet) func(w io.Writer) (*slog.Logger, error) {
-	format := fs.String("log-format", "text", "log format on stderr: text (journald-friendly) or json")
-	level := fs.String("log-level", "info", "debug, info, warn or error")
-	return func(w io.Writer) (*slog.Logger, error) {
-		var lv slog.Level
-		if err := lv.UnmarshalText([]byte(*level)); err != nil {
-			return nil, fmt.Errorf("-log-level: %w", err)
-		}
-		opts := &slog.HandlerOptions{Level: lv}
-		switch *format {
-		case "text":
-			return slog.New(slog.NewTextHandler(w, opts)), nil
-		case "json":
-			return slog.New(slog.NewJSONHandler(w, opts)), nil
-		}
-		return nil, fmt.Errorf("-log-format %q is not text or json", *format)
-	}
-}
-
-// signalContext is cancelled by SIGINT or SIGTERM.
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }

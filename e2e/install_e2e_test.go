@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"edgegw/internal/testenv"
-	"edgegw/sim"
+	"edgegw/lab/sim"
 )
 
 // install.sh into a scratch DESTDIR, then the installed binary checks the

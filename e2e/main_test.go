@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"edgegw/internal/testenv"
-	"edgegw/sim"
+	"edgegw/lab/sim"
 )
 
 // bin is the edgegw binary built once for the tests that run it as a
@@ -32,6 +31,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "edgegw")
+	// The tests name the repository's files (build/, conf/, README.md)
+	// from its root, and the binary is the root package.
+	if err := os.Chdir(".."); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		os.Exit(1)
@@ -208,30 +213,9 @@ func runFleet(t *testing.T, cfg sim.Config) *sim.Fleet {
 	return fleet
 }
 
-// refusedAddr is a loopback TCP address that nothing listens on (a
-// listener's, closed): a dial there is refused, where a fixed port might
-// be held by another process.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// silentUDPAddr is a loopback UDP address where a socket is open until
-// the test ends and never answers: a dead device.
-func silentUDPAddr(t *testing.T) string {
-	t.Helper()
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c.LocalAddr().String()
-}
+// refusedAddr and silentUDPAddr: a TCP address that refuses, a UDP one
+// that never answers (testenv's).
+var refusedAddr, silentUDPAddr = testenv.RefusedAddr, testenv.SilentUDPAddr
 
 // startDemo runs `edgegw demo` and returns its page URL.
 func startDemo(t *testing.T, args ...string) (*proc, string) {

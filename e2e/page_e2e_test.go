@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -14,7 +14,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"edgegw/internal/testenv"
-	"edgegw/sim"
+	"edgegw/lab/demo"
+	"edgegw/lab/sim"
 )
 
 // artifactDir is where page screenshots go: $EDGEGW_ARTIFACTS, else the
@@ -291,7 +292,7 @@ func TestDemoPageShowsDownLoggerFirst(t *testing.T) {
 	// The demo's config, but the test's own polling of /api/devices comes
 	// from the page's loopback address: no read limit for loopback, so
 	// what is measured is the page, not the limits.
-	text := strings.Replace(demoConfig(fleet, "tcp", "parallel", "127.0.0.1:0", filepath.Join(dir, "data"), time.Second, demoUpstream{}),
+	text := strings.Replace(demo.Config(fleet, "tcp", "parallel", "127.0.0.1:0", filepath.Join(dir, "data"), time.Second, demo.Upstream{}),
 		"[http]\n", "[http]\nexempt_loopback = true\n", 1)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		t.Fatal(err)

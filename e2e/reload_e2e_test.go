@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -14,8 +14,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"edgegw/internal/testenv"
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 )
 
 // wsCollector keeps every sample a /api/ws client receives.

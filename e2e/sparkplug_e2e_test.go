@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"edgegw/internal/testenv"
-	"edgegw/sim"
+	"edgegw/lab/sim"
 	"edgegw/sparkplug"
 )
 

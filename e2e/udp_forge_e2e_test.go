@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/binary"
@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"edgegw/internal/testenv"
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 )
 
 // The forged-reply fault end to end: logger d0 goes away and a forger takes

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"edgegw/internal/testenv"
+	"edgegw/lab/sim"
 	"edgegw/receiver"
-	"edgegw/sim"
 )
 
 // countingProxy forwards TCP connections from its address to target and

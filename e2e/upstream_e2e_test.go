@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -14,8 +14,8 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"edgegw/internal/testenv"
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 )
 
 // seqLog collects the seqs one path delivered, in arrival order.

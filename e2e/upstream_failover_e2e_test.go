@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"edgegw/internal/testenv"
+	"edgegw/lab/sim"
 	"edgegw/receiver"
-	"edgegw/sim"
 )
 
 // failoverStatus is the part of /api/status these tests read.

@@ -81,7 +81,7 @@ func TestHouseCatches(t *testing.T) {
 		"sim":       {},
 		"stray":     {},
 	}
-	got := strings.Join(checkHouse(h, pkgs, []string{"edgegw", "edgegw/web", "edgegw/sim", "github.com/mochi-mqtt/server/v2"}), "\n")
+	got := strings.Join(checkHouse(h, pkgs, []string{"edgegw", "edgegw/web", "edgegw/lab/sim", "github.com/mochi-mqtt/server/v2"}), "\n")
 	for _, want := range []string{
 		"edge imports helper, which its row does not allow",
 		"web imports conf, which its row does not allow",

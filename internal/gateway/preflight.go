@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"crypto/tls"
@@ -14,7 +14,7 @@ import (
 	"edgegw/conf"
 )
 
-// preflight checks what `run` needs beyond a valid file, the same way for
+// Preflight checks what `run` needs beyond a valid file, the same way for
 // `check` and `run` so the two never disagree about whether the gateway
 // starts: every file the config names exists and is readable by this user
 // (certificates and keys also parse). Problems that do not stop the gateway
@@ -24,7 +24,7 @@ import (
 // missing serial port (its devices are down until it appears), a config
 // without devices, and what configWarnings finds (retries that cannot fit,
 // writable tags with no write path, empty token files).
-func preflight(c *conf.Config) (errs []error, warns []string) {
+func Preflight(c *conf.Config) (errs []error, warns []string) {
 	files := []struct{ key, path string }{
 		{"http.write_token_file", c.HTTP.WriteTokenFile},
 		{"http.read_token_file", c.HTTP.ReadTokenFile},
@@ -145,9 +145,9 @@ func writableDir(dir string) error {
 	return os.Remove(name)
 }
 
-// printPreflight prints the problems and warnings; it returns whether the
+// PrintPreflight prints the problems and warnings; it returns whether the
 // gateway can start.
-func printPreflight(w io.Writer, errs []error, warns []string) bool {
+func PrintPreflight(w io.Writer, errs []error, warns []string) bool {
 	for _, e := range errs {
 		fmt.Fprintln(w, "error:", e)
 	}

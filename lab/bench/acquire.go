@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"edgegw/edge"
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 	"edgegw/stats"
 )
 

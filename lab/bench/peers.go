@@ -16,8 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 	"edgegw/wire"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"

@@ -24,8 +24,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"edgegw/lab/sim"
 	"edgegw/receiver"
-	"edgegw/sim"
 	"edgegw/web"
 )
 

@@ -1,6 +1,4 @@
-//go:build !nolab
-
-package main
+package demo
 
 import (
 	"context"
@@ -16,16 +14,18 @@ import (
 	"time"
 
 	"edgegw/conf"
+	"edgegw/internal/cli"
+	"edgegw/internal/gateway"
 	"edgegw/lab/mqttbroker"
+	"edgegw/lab/sim"
 	"edgegw/receiver"
-	"edgegw/sim"
 	"edgegw/stats"
 )
 
-// cmdDemo runs simulated loggers and a gateway polling them, all on
+// Demo runs simulated loggers and a gateway polling them, all on
 // loopback, with no config file: the gateway's config is generated (and
 // printed with -print-config) and goes through the same parser as `run`.
-func cmdDemo(args []string) error {
+func Demo(args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	n := fs.Int("devices", 48, "number of simulated loggers")
 	transport := fs.String("transport", "udp", "how the gateway polls them: udp or tcp")
@@ -39,7 +39,7 @@ func cmdDemo(args []string) error {
 	receiveOut := fs.String("receive-out", "", "JSON lines file for what the receiver gets (empty: discard)")
 	spb := fs.Bool("sparkplug", false, "also run a Sparkplug B edge node (group \"demo\", node \"demo\", DCMD writes on) on the embedded broker")
 	faults := faultFlags(fs)
-	newLog := logFlags(fs)
+	newLog := cli.LogFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,8 +51,8 @@ func cmdDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	up := demoUpstream{}
-	var pre []piece
+	up := Upstream{}
+	var pre []gateway.Piece
 	if *upstream && !*printConfig {
 		if up, pre, err = startDemoUpstream(*receiveOut, log); err != nil {
 			fleet.Close()
@@ -64,34 +64,34 @@ func cmdDemo(args []string) error {
 		return errors.New("-sparkplug needs -upstream (the embedded broker)")
 	}
 	up.sparkplug = *spb
-	text := demoConfig(fleet, *transport, *tcpMode, *httpAddr, *dataDir, *interval, up)
+	text := Config(fleet, *transport, *tcpMode, *httpAddr, *dataDir, *interval, up)
 	if *printConfig {
 		fmt.Print(text)
 		return fleet.Close()
 	}
 	c, err := conf.Parse("demo.toml", []byte(text))
 	if err != nil {
-		printConfErrors(os.Stderr, err)
+		cli.PrintConfErrors(os.Stderr, err)
 		fleet.Close()
-		return errInvalidConfig
+		return cli.ErrInvalidConfig
 	}
-	g, err := newGateway(c, log, false)
+	g, err := gateway.New(c, log, false)
 	if err != nil {
 		fleet.Close()
 		return err
 	}
-	page, err := g.listen()
+	page, err := g.Listen()
 	if err != nil {
-		g.release()
+		g.Release()
 		fleet.Close()
 		return err
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	defer stop()
-	pieces := append(append([]piece{{"sim", fleet.Run}}, pre...), g.pieces()...)
+	pieces := append(append([]gateway.Piece{{Name: "sim", Run: fleet.Run}}, pre...), g.Pieces()...)
 	if *every > 0 {
-		pieces = append(pieces, piece{"stats", func(ctx context.Context) error {
-			printStatsEvery(ctx, os.Stdout, *every, g.sched.Devices)
+		pieces = append(pieces, gateway.Piece{Name: "stats", Run: func(ctx context.Context) error {
+			printStatsEvery(ctx, os.Stdout, *every, g.Scheduler().Devices)
 			return nil
 		}})
 	}
@@ -109,44 +109,44 @@ func cmdDemo(args []string) error {
 		fmt.Printf("watch:     mosquitto_sub -h %s -p %s -t 'spBv1.0/#' -F '%%t %%x'\n", up.host, up.port)
 	}
 	fmt.Println("press Ctrl-C to stop")
-	err = runStages(ctx, log, 10*time.Second, pieces)
+	err = gateway.RunStages(ctx, log, 10*time.Second, pieces)
 	fmt.Println("edgegw demo: stopped")
 	return err
 }
 
-// demoUpstream is where the demo's gateway pushes to ("" fields: nowhere).
-type demoUpstream struct {
+// Upstream is where the demo's gateway pushes to ("" fields: nowhere).
+type Upstream struct {
 	wsURL, broker, host, port string
 	sparkplug                 bool // add [upstream.sparkplug] on the broker
 }
 
 // startDemoUpstream binds the reference receiver and an embedded MQTT
 // broker on loopback; the returned pieces run them.
-func startDemoUpstream(out string, log *slog.Logger) (demoUpstream, []piece, error) {
+func startDemoUpstream(out string, log *slog.Logger) (Upstream, []gateway.Piece, error) {
 	w := io.Discard
 	var f *os.File
 	if out != "" {
 		var err error
 		if f, err = os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640); err != nil {
-			return demoUpstream{}, nil, err
+			return Upstream{}, nil, err
 		}
 		w = f
 	}
 	recv := receiver.New(receiver.Config{Listen: "127.0.0.1:0", Out: w, Logger: log.With("pkg", "receiver")})
 	raddr, err := recv.Listen()
 	if err != nil {
-		return demoUpstream{}, nil, err
+		return Upstream{}, nil, err
 	}
 	broker := mqttbroker.New(mqttbroker.Config{Listen: "127.0.0.1:0", Logger: log.With("pkg", "broker")})
 	baddr, err := broker.Listen()
 	if err != nil {
-		return demoUpstream{}, nil, err
+		return Upstream{}, nil, err
 	}
 	host, port, _ := net.SplitHostPort(baddr.String())
-	up := demoUpstream{wsURL: "ws://" + raddr.String() + "/ingest", broker: "tcp://" + baddr.String(), host: host, port: port}
-	return up, []piece{
-		{"broker", broker.Run},
-		{"receiver", func(ctx context.Context) error {
+	up := Upstream{wsURL: "ws://" + raddr.String() + "/ingest", broker: "tcp://" + baddr.String(), host: host, port: port}
+	return up, []gateway.Piece{
+		{Name: "broker", Run: broker.Run},
+		{Name: "receiver", Run: func(ctx context.Context) error {
 			err := recv.Serve(ctx)
 			if f != nil {
 				err = errors.Join(err, f.Close())
@@ -156,8 +156,8 @@ func startDemoUpstream(out string, log *slog.Logger) (demoUpstream, []piece, err
 	}, nil
 }
 
-// demoConfig is the config of a gateway polling every logger of the fleet.
-func demoConfig(f *sim.Fleet, transport, tcpMode, httpAddr, dataDir string, interval time.Duration, up demoUpstream) string {
+// Config is the config of a gateway polling every logger of the fleet.
+func Config(f *sim.Fleet, transport, tcpMode, httpAddr, dataDir string, interval time.Duration, up Upstream) string {
 	timeout := 200 * time.Millisecond
 	if transport == "tcp" {
 		timeout = 500 * time.Millisecond

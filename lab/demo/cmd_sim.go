@@ -1,13 +1,12 @@
-//go:build !nolab
-
-package main
+package demo
 
 import (
 	"flag"
 	"fmt"
 	"os"
 
-	"edgegw/sim"
+	"edgegw/internal/cli"
+	"edgegw/lab/sim"
 )
 
 // faultFlags adds the simulator's fault knobs to fs.
@@ -26,8 +25,8 @@ func faultFlags(fs *flag.FlagSet) *sim.Faults {
 	return f
 }
 
-// cmdSim runs simulated loggers alone, for benches and field tests.
-func cmdSim(args []string) error {
+// Sim runs simulated loggers alone, for benches and field tests.
+func Sim(args []string) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	n := fs.Int("devices", 48, "number of loggers (tcp/udp: one per loopback address 127.0.1.N)")
 	transport := fs.String("transport", "udp", "tcp, udp or rtu")
@@ -36,7 +35,7 @@ func cmdSim(args []string) error {
 	baud := fs.Int("baud", 9600, "rtu: baud rate")
 	seed := fs.Int64("seed", 1, "seed of the simulated values and faults")
 	faults := faultFlags(fs)
-	newLog := logFlags(fs)
+	newLog := cli.LogFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,7 +43,7 @@ func cmdSim(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	if *transport == "rtu" {
 		if *serial == "" {
