@@ -21,14 +21,14 @@ import (
 // cmdCheck validates a config file and prints what the gateway would do
 // with it: the device/tag table and the read requests of every poll. It
 // takes run's steps up to the listeners: the file (conf), what run needs
-// beyond it (preflight: the files it names), then every piece run builds
-// (newGateway: the queue, the sequence, the history, the scheduler, the
+// beyond it (gateway.Preflight: the files it names), then every piece run builds
+// (gateway.New: the queue, the sequence, the history, the scheduler, the
 // pusher, the Sparkplug node, the web server, each from the Config mapped
 // from the file), without opening a listener, a device or anything under
 // data_dir. So it fails when run would refuse to start, with run's
 // message, and warns about what run starts without (a data_dir it cannot
 // write, a missing serial port) and what the file asks for that cannot
-// work as written (configWarnings: retries that cannot fit the interval,
+// work as written (internal/gateway's configWarnings: retries that cannot fit the interval,
 // writable tags with no write path, empty token files). What only the
 // running machine can refuse is not seen: the listen address taken or not
 // allowed. With -poll it then polls every device (or -device NAME) once

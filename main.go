@@ -1,6 +1,8 @@
 // Command edgegw is the gateway: see README.md. The files of package main
-// only parse flags, map the config onto each package's Config, start the
-// pieces in order and stop them in reverse order.
+// are the commands: they parse flags, dispatch, handle signals and print;
+// the gateway's assembly, preflight and reload policy are
+// internal/gateway's, the lab's commands (lab.go, left out by -tags nolab)
+// lab/demo's and lab/bench's.
 package main
 
 import (

@@ -27,7 +27,7 @@ logdir=${1:?usage: testlanes.sh LOGDIR}
 GO=${GO:-go}
 MAKE=${MAKE:-make}
 TESTFLAGS=${TESTFLAGS:--race -p 1 -timeout 15m}
-SCHED_PKGS=${SCHED_PKGS:-edgegw edgegw/edge/... edgegw/web/...}
+SCHED_PKGS=${SCHED_PKGS:-edgegw/e2e edgegw/edge/... edgegw/web/...}
 ROOT_B=${ROOT_B:-'^(TestCheck.*|TestReadCommandByteOrders|TestScan.*|TestParseUnits|TestStartupRefusalsNeverPanic|TestVersion|TestBasicAuthFromConfig|TestRingSizeByRate|TestWebLimitsMapping|TestWebFallbacksAreConfDefaults|TestFaultFreshInstallStarts|TestFaultCheckAndRunAgreeOnMissingFile|TestPowerLossIsReported|TestEpoch.*|TestSparkplug.*|TestDemoSparkplug|TestWireBytesReportByException|TestUplinkBytes|TestMQTTBrokerClusterFailover|TestWebSocketURLsFailoverE2E|TestHostileReceiver.*|TestAcceptErrorsLoggedE2E)$'}
 rm -rf "$logdir" && mkdir -p "$logdir"
 
@@ -53,8 +53,8 @@ step() {
 big=$(printf '%s\n' $rest | grep -xE 'edgegw/internal/buildtest|edgegw/bench')
 small=$(printf '%s\n' $rest | grep -vxE 'edgegw/internal/buildtest|edgegw/bench')
 queue=()
-if printf '%s\n' $sched | grep -qx edgegw; then
-	queue+=("gotest-root-b|$GO test $TESTFLAGS -run '$ROOT_B' edgegw")
+if printf '%s\n' $sched | grep -qx edgegw/e2e; then
+	queue+=("gotest-root-b|$GO test $TESTFLAGS -run '$ROOT_B' edgegw/e2e")
 fi
 for p in $big; do
 	queue+=("gotest-${p##*/}|$GO test $TESTFLAGS $p")
@@ -76,10 +76,10 @@ work() {
 
 laneA() {
 	local rc=0 others
-	others=$(printf '%s\n' $sched | grep -vx edgegw)
+	others=$(printf '%s\n' $sched | grep -vx edgegw/e2e)
 	# shellcheck disable=SC2086
-	if printf '%s\n' $sched | grep -qx edgegw; then
-		step gotest-root-a A $GO test $TESTFLAGS -skip "$ROOT_B" edgegw || rc=1
+	if printf '%s\n' $sched | grep -qx edgegw/e2e; then
+		step gotest-root-a A $GO test $TESTFLAGS -skip "$ROOT_B" edgegw/e2e || rc=1
 	fi
 	# shellcheck disable=SC2086
 	step gotest-sched A $GO test $TESTFLAGS $others || rc=1

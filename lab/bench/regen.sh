@@ -1,14 +1,14 @@
 #!/bin/sh
 # Regenerates the measured part of docs/BENCHMARKS.md (between the
 # "bench:begin" and "bench:end" markers), the JSON reports and the SVG charts
-# in bench/results/. `make bench` runs it. Takes about 15 minutes.
+# in lab/bench/results/. `make bench` runs it. Takes about 15 minutes.
 #
 #   BENCH=path/to/edgegw   use this binary's `edgegw bench` (default: build one from this tree)
 #   QUICK=1                short runs (a minute in all) to check the pipeline
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 doc=docs/BENCHMARKS.md
-res=bench/results
+res=lab/bench/results
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ -z "${BENCH:-}" ]; then
