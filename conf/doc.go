@@ -5,8 +5,8 @@
 //
 // It never opens devices, sockets or token files, never starts goroutines and
 // imports no project package but tagtype, whose table of tag types it
-// validates tags with (a Tag keeps the type's name; main parses it into
-// tagtype's values): main.go maps a Config onto each package's own Config. Token and certificate files are named here and read by their users.
+// validates tags with (a Tag keeps the type's name; internal/gateway parses it into
+// tagtype's values): internal/gateway maps a Config onto each package's own Config. Token and certificate files are named here and read by their users.
 //
 // Concurrency: Load and Parse are pure functions of their input and safe to
 // call concurrently. A returned *Config is a plain value with no locks; treat
