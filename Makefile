@@ -26,7 +26,7 @@ STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $(shell $(GO) 
 # scheduling on real sockets (SCHED_PKGS), one at a time; QUEUE_LANES more
 # lanes (2) every other package, the fuzz targets and the qemu tests.
 TESTFLAGS ?= -race -p 1 -timeout 15m
-SCHED_PKGS ?= edgegw edgegw/edge/... edgegw/web/... edgegw/mbserver/...
+SCHED_PKGS ?= edgegw/e2e edgegw/edge/... edgegw/web/... edgegw/mbserver/...
 TESTLOG   ?= dist/testlog
 
 .PHONY: help build test test-loaded test-full gotest lint vet fmtcheck arm arm64 amd64 lab-arm lab-arm64 lab-amd64 receiver receiver-arm64 receiver-amd64 bench soak bench-go benchcmp fuzz fuzz-brief npm-deps clean
@@ -83,21 +83,21 @@ test-loaded: ## make test with one CPU-bound process beside it for the whole run
 	build/loaded.sh $(MAKE) --no-print-directory test TESTFLAGS="$(TESTFLAGS) -count=1"
 
 test-full: ## the long versions make test shortens: the 2-minute soak, the 3-minute receiver kills behind HAProxy, every row of the report-by-exception bytes (EDGEGW_FULL=1)
-	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestSoak$$' ./bench/
+	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestSoak$$' ./lab/bench/
 	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestE2EReceiversKilledBehindHAProxy$$' ./receiver/
 	EDGEGW_FULL=1 $(GO) test $(TESTFLAGS) -run 'TestWireBytesReportByException$$' .
 
 bench: ## regenerate docs/BENCHMARKS.md: edgegw bench acquire + deliver (~15 min; QUICK=1 ~2 min)
-	bench/regen.sh
+	lab/bench/regen.sh
 
-soak: ## edgegw bench soak for DURATION (default 30m) into docs/BENCHMARKS.md and bench/results/soak.*
-	DURATION=$(or $(DURATION),30m) bench/soak.sh
+soak: ## edgegw bench soak for DURATION (default 30m) into docs/BENCHMARKS.md and lab/bench/results/soak.*
+	DURATION=$(or $(DURATION),30m) lab/bench/soak.sh
 
 bench-go: ## Go benchmarks of the hot paths
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-benchcmp: ## Go benchmarks, -count 6, compared with benchstat against bench/baseline.txt
-	bench/benchcmp.sh
+benchcmp: ## Go benchmarks, -count 6, compared with benchstat against lab/bench/baseline.txt
+	lab/bench/benchcmp.sh
 
 # Every fuzz target, FUZZTIME each (their seed corpora already run in make test).
 FUZZTIME ?= 30s

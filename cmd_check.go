@@ -13,20 +13,22 @@ import (
 
 	"edgegw/conf"
 	"edgegw/edge"
+	"edgegw/internal/cli"
+	"edgegw/internal/gateway"
 	"edgegw/ringstore"
 )
 
 // cmdCheck validates a config file and prints what the gateway would do
 // with it: the device/tag table and the read requests of every poll. It
 // takes run's steps up to the listeners: the file (conf), what run needs
-// beyond it (preflight: the files it names), then every piece run builds
-// (newGateway: the queue, the sequence, the history, the scheduler, the
+// beyond it (gateway.Preflight: the files it names), then every piece run builds
+// (gateway.New: the queue, the sequence, the history, the scheduler, the
 // pusher, the Sparkplug node, the web server, each from the Config mapped
 // from the file), without opening a listener, a device or anything under
 // data_dir. So it fails when run would refuse to start, with run's
 // message, and warns about what run starts without (a data_dir it cannot
 // write, a missing serial port) and what the file asks for that cannot
-// work as written (configWarnings: retries that cannot fit the interval,
+// work as written (internal/gateway's configWarnings: retries that cannot fit the interval,
 // writable tags with no write path, empty token files). What only the
 // running machine can refuse is not seen: the listen address taken or not
 // allowed. With -poll it then polls every device (or -device NAME) once
@@ -46,20 +48,20 @@ func cmdCheck(args []string, out io.Writer) error {
 	}
 	c, err := conf.Load(*path)
 	if err != nil {
-		printConfErrors(os.Stderr, err)
-		return errInvalidConfig
+		cli.PrintConfErrors(os.Stderr, err)
+		return cli.ErrInvalidConfig
 	}
-	if errs, warns := preflight(c); !printPreflight(os.Stderr, errs, warns) {
-		return errInvalidConfig
+	if errs, warns := gateway.Preflight(c); !gateway.PrintPreflight(os.Stderr, errs, warns) {
+		return cli.ErrInvalidConfig
 	}
 	// Warnings the pieces log as they are built (run logs them too).
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	g, err := newGateway(c, log, true)
+	g, err := gateway.New(c, log, true)
 	if err != nil {
 		return err
 	}
-	defer g.release()
-	sched := g.sched
+	defer g.Release()
+	sched := g.Scheduler()
 	c.WriteTable(out)
 	c.WriteModbusServers(out)
 	fmt.Fprintln(out, "\nread plan (one poll of each device; a device with tags at several intervals: the polls of each):")
@@ -101,7 +103,7 @@ func checkPoll(sched *edge.Scheduler, c *conf.Config, only string, out io.Writer
 		return fmt.Errorf("-device %q: no such device in %s", only, c.File)
 	}
 	fmt.Fprintln(out, "\npoll (each device once, as run polls it):")
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	res, err := sched.PollOnce(ctx, only)
 	if err != nil {
@@ -148,17 +150,4 @@ func sampleValue(s ringstore.Sample) string {
 		return strconv.FormatFloat(s.Value, 'g', -1, 32)
 	}
 	return strconv.FormatFloat(s.Value, 'g', -1, 64)
-}
-
-// printConfErrors prints one problem a line.
-func printConfErrors(w io.Writer, err error) {
-	var es conf.Errors
-	if errors.As(err, &es) {
-		for _, e := range es {
-			fmt.Fprintln(w, e)
-		}
-		fmt.Fprintf(w, "%d problem(s)\n", len(es))
-		return
-	}
-	fmt.Fprintln(w, err)
 }

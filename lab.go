@@ -5,7 +5,8 @@ package main
 import (
 	"os"
 
-	"edgegw/bench"
+	"edgegw/lab/bench"
+	"edgegw/lab/demo"
 )
 
 // The lab: simulated loggers, the demo, the reference receiver and the
@@ -22,8 +23,8 @@ lab (not in the release gateway binary; shipped as edgegw-lab):
   edgegw receive -listen ADDR -out FILE.jsonl          reference upstream receiver
   edgegw bench   acquire|deliver|soak …                the measurement stand and the soak (docs/BENCHMARKS.md)
 `
-	labCommands["demo"] = cmdDemo
-	labCommands["sim"] = cmdSim
-	labCommands["receive"] = cmdReceive
+	labCommands["demo"] = demo.Demo
+	labCommands["sim"] = demo.Sim
+	labCommands["receive"] = demo.Receive
 	labCommands["bench"] = func(args []string) error { return bench.Main(args, os.Stdout) }
 }

@@ -1,22 +1,21 @@
-// Command edgegw is the gateway: see README.md. main parses the flags and
-// runs the subcommand: run assembles the gateway (the config mapped onto
+// Command edgegw is the gateway: see README.md. The files of package main
+// are the commands: they parse flags, dispatch, handle signals and print.
+// run has internal/gateway assemble the gateway (the config mapped onto
 // each package's Config, the preflight checks, the pieces started in order
-// and stopped in reverse order, reloads), check, read, scan,
-// hash-password and version are the field's tools, and the lab's commands
-// exist only in builds without -tags nolab.
+// and stopped in reverse order, the reload policy); check, read, scan,
+// hash-password and version are the field's tools; the lab's commands
+// (lab.go, left out by -tags nolab) are lab/demo's and lab/bench's.
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"os/signal"
 	"runtime"
-	"syscall"
+
+	"edgegw/internal/cli"
+	"edgegw/internal/gateway"
 )
 
 // Stamped by the Makefile (-X main.version=… etc.).
@@ -60,6 +59,8 @@ func main() {
 		os.Exit(2)
 	}
 	cmd, args := os.Args[1], os.Args[2:]
+	gateway.SetVersion(version)
+	gateway.SetVersion(version)
 	var err error
 	switch cmd {
 	case "run":
@@ -87,38 +88,10 @@ func main() {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		os.Exit(2)
-	case errors.Is(err, errInvalidConfig):
+	case errors.Is(err, cli.ErrInvalidConfig):
 		os.Exit(1) // already printed
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "edgegw %s: %v\n", cmd, err)
 		os.Exit(1)
 	}
-}
-
-var errInvalidConfig = errors.New("invalid config")
-
-// logFlags adds -log-format and -log-level to fs; the returned function
-// builds the logger after parsing.
-func logFlags(fs *flag.FlagSet) func(w io.Writer) (*slog.Logger, error) {
-	format := fs.String("log-format", "text", "log format on stderr: text (journald-friendly) or json")
-	level := fs.String("log-level", "info", "debug, info, warn or error")
-	return func(w io.Writer) (*slog.Logger, error) {
-		var lv slog.Level
-		if err := lv.UnmarshalText([]byte(*level)); err != nil {
-			return nil, fmt.Errorf("-log-level: %w", err)
-		}
-		opts := &slog.HandlerOptions{Level: lv}
-		switch *format {
-		case "text":
-			return slog.New(slog.NewTextHandler(w, opts)), nil
-		case "json":
-			return slog.New(slog.NewJSONHandler(w, opts)), nil
-		}
-		return nil, fmt.Errorf("-log-format %q is not text or json", *format)
-	}
-}
-
-// signalContext is cancelled by SIGINT or SIGTERM.
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }

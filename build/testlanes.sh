@@ -5,7 +5,7 @@
 #   build/testlanes.sh LOGDIR
 #
 # Lane A runs the packages whose tests measure scheduling on real sockets
-# (SCHED_PKGS: the root's end-to-end tests, edge, web, mbserver), one
+# (SCHED_PKGS: e2e's end-to-end tests, edge, web, mbserver), one
 # package at a time, so that two of them never share the machine. The rest
 # (every other package, bench's soak and smokes among them, every fuzz
 # target for FUZZTIME inputs, the pure tests under qemu) is a queue that
@@ -17,22 +17,23 @@
 # must pass under that load (and do under make test-loaded, which adds a
 # CPU-bound process).
 #
-# The root package holds both kinds: its end-to-end tests that check
-# scheduling (windows kept under a flood, a reload, resumes) run in lane A,
-# those that check what a command prints, what is stored or what crosses a
-# protocol (ROOT_B, a regexp of whole test names) are the queue's first item,
-# so that the two halves of the longest package run side by side.
+# The e2e package (the tests that drive the built binary) holds both kinds:
+# its tests that check scheduling (windows kept under a flood, a reload,
+# resumes) run in lane A, those that check what a command prints, what is
+# stored or what crosses a protocol (E2E_B, a regexp of whole test names)
+# are the queue's first item, so that the two halves of the longest package
+# run side by side.
 #
 # Environment: GO, TESTFLAGS (go test flags, -p 1 included), SCHED_PKGS,
-# ROOT_B, QUEUE_LANES, MAKE (for fuzz-brief and test-qemu). Exit status:
+# E2E_B, QUEUE_LANES, MAKE (for fuzz-brief and test-qemu). Exit status:
 # non-zero when any step failed; every lane always runs to the end.
 set -uo pipefail
 logdir=${1:?usage: testlanes.sh LOGDIR}
 GO=${GO:-go}
 MAKE=${MAKE:-make}
 TESTFLAGS=${TESTFLAGS:--race -p 1 -timeout 15m}
-SCHED_PKGS=${SCHED_PKGS:-edgegw edgegw/edge/... edgegw/web/...}
-ROOT_B=${ROOT_B:-'^(TestCheck.*|TestReadCommandByteOrders|TestScan.*|TestParseUnits|TestStartupRefusalsNeverPanic|TestVersion|TestBasicAuthFromConfig|TestRingSizeByRate|TestWebLimitsMapping|TestWebFallbacksAreConfDefaults|TestFaultFreshInstallStarts|TestFaultCheckAndRunAgreeOnMissingFile|TestPowerLossIsReported|TestEpoch.*|TestSparkplug.*|TestDemoSparkplug|TestWireBytesReportByException|TestUplinkBytes|TestMQTTBrokerClusterFailover|TestWebSocketURLsFailoverE2E|TestHostileReceiver.*|TestAcceptErrorsLoggedE2E)$'}
+SCHED_PKGS=${SCHED_PKGS:-edgegw/e2e edgegw/edge/... edgegw/web/...}
+E2E_B=${E2E_B:-'^(TestCheck.*|TestReadCommandByteOrders|TestScan.*|TestVersion|TestBasicAuthFromConfig|TestFaultFreshInstallStarts|TestFaultCheckAndRunAgreeOnMissingFile|TestPowerLossIsReported|TestEpoch.*|TestSparkplug.*|TestDemoSparkplug|TestWireBytesReportByException|TestUplinkBytes|TestMQTTBrokerClusterFailover|TestWebSocketURLsFailoverE2E|TestHostileReceiver.*|TestAcceptErrorsLoggedE2E)$'}
 QUEUE_LANES=${QUEUE_LANES:-2}
 rm -rf "$logdir" && mkdir -p "$logdir"
 
@@ -65,11 +66,11 @@ step() {
 # longest first: lanes B, C... from the start, lane A once its scheduling-checking
 # packages are done. An item is claimed by mkdir (atomic), so each runs once.
 # shellcheck disable=SC2086
-big=$(printf '%s\n' $rest | grep -xE 'edgegw/internal/buildtest|edgegw/bench')
-small=$(printf '%s\n' $rest | grep -vxE 'edgegw/internal/buildtest|edgegw/bench')
+big=$(printf '%s\n' $rest | grep -xE 'edgegw/internal/buildtest|edgegw/lab/bench')
+small=$(printf '%s\n' $rest | grep -vxE 'edgegw/internal/buildtest|edgegw/lab/bench')
 queue=()
-if printf '%s\n' $sched | grep -qx edgegw; then
-	queue+=("gotest-root-b|gotest -run '$ROOT_B' edgegw")
+if printf '%s\n' $sched | grep -qx edgegw/e2e; then
+	queue+=("gotest-e2e-b|gotest -run '$E2E_B' edgegw/e2e")
 fi
 for p in $big; do
 	queue+=("gotest-${p##*/}|gotest $p")
@@ -91,10 +92,10 @@ work() {
 
 laneA() {
 	local rc=0 others
-	others=$(printf '%s\n' $sched | grep -vx edgegw)
+	others=$(printf '%s\n' $sched | grep -vx edgegw/e2e)
 	# shellcheck disable=SC2086
-	if printf '%s\n' $sched | grep -qx edgegw; then
-		step gotest-root-a A gotest -skip "$ROOT_B" edgegw || rc=1
+	if printf '%s\n' $sched | grep -qx edgegw/e2e; then
+		step gotest-e2e-a A gotest -skip "$E2E_B" edgegw/e2e || rc=1
 	fi
 	# shellcheck disable=SC2086
 	step gotest-sched A gotest $others || rc=1

@@ -5,11 +5,11 @@
 //
 // It never opens devices, sockets or token files, never starts goroutines and
 // imports no project package but tagtype, whose table of tag types it
-// validates tags with (a Tag keeps the type's name; the gateway's assembly
-// parses it into tagtype's values). It never builds the other packages'
-// Configs: the gateway's assembly maps a Config onto each of them (and
-// decides what run refuses or warns about beyond this validation). Token
-// and certificate files are named here and read by their users.
+// validates tags with (a Tag keeps the type's name; internal/gateway parses
+// it into tagtype's values). It never builds the other packages' Configs:
+// internal/gateway maps a Config onto each of them (and decides what run
+// refuses or warns about beyond this validation). Token and certificate
+// files are named here and read by their users.
 //
 // Concurrency: Load and Parse are pure functions of their input and safe to
 // call concurrently. A returned *Config is a plain value with no locks; treat

@@ -11,7 +11,7 @@ import (
 
 	"edgegw/edge/modbus"
 	"edgegw/internal/testenv"
-	"edgegw/sim"
+	"edgegw/lab/sim"
 )
 
 // A device whose transport cannot be opened — an RTU device at a serial

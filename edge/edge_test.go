@@ -19,8 +19,8 @@ import (
 	"go.uber.org/goleak"
 
 	"edgegw/internal/testenv"
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 )
 
 // tsOf returns the acquisition times of one tag's good samples, in order.

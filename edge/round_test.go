@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"edgegw/internal/testenv"
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 )
 
 // socketLog records the "batch" attribute of the UDP socket's open line.

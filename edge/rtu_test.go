@@ -7,8 +7,8 @@ import (
 
 	"edgegw/edge/modbus"
 	"edgegw/internal/testenv"
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 )
 
 // Three units on one RTU bus (a socat pty pair, the simulator on the other

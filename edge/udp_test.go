@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 )
 
 func udpFleetDevices(f *sim.Fleet, iv, timeout time.Duration, tags []Tag) []DeviceConfig {

@@ -14,7 +14,7 @@ import (
 
 	"edgegw/edge/modbus"
 	"edgegw/internal/testenv"
-	"edgegw/sim"
+	"edgegw/lab/sim"
 )
 
 func fptr(v float64) *float64 { return &v }

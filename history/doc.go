@@ -8,7 +8,7 @@
 // with a directory, the closed fine buckets on disk so that a restart keeps
 // them.
 //
-// It never polls devices, serves clients or numbers samples: main tees the
+// It never polls devices, serves clients or numbers samples: internal/gateway tees the
 // samples edge hands to the ring into Add, and web reads through Query and
 // Health. It imports ringstore (Sample, Quality), stats (the health record)
 // and internal/backoff (the throttle of its write-error line) only.

@@ -10,8 +10,8 @@ import (
 	"time"
 	"unsafe"
 
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 )
 
 // simFleet gives the values of the lab's simulated loggers (the demo's

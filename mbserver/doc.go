@@ -12,7 +12,7 @@
 //
 // It never opens a device, never polls and never writes to the ring: a
 // pass-through request goes to the bus owner through the Passer interface
-// (edge's scheduler behind main's adapter), which does it between two
+// (edge's scheduler behind internal/gateway's adapter), which does it between two
 // polls; the mirror reads the ring's latest values (Latest.Snapshot) and
 // causes no bus traffic. It imports neither edge nor web nor push.
 //

@@ -22,7 +22,7 @@ import (
 
 	"edgegw/internal/pgtest"
 	"edgegw/internal/testenv"
-	"edgegw/sim"
+	"edgegw/lab/sim"
 )
 
 // The end-to-end tests of the receiving side run real processes: the lab

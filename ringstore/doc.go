@@ -6,7 +6,7 @@
 // It never polls devices, serves clients, talks to the network or keeps
 // samples on disk (only the sequence's high-water mark); it imports no
 // project package: whatever else sees the samples (the durable queues, the
-// history) registers as a Consumer (Consume: a list, in one place, main's
+// history) registers as a Consumer (Consume: a list, in one place, internal/gateway's
 // gateway assembly; no consumer can replace another), so spool and history
 // import ringstore, never the reverse.
 //

@@ -1,5 +1,5 @@
 // Package stats owns the per-device health record: counters and the RTT
-// histogram that edge writes on every poll and that web, bench and main read,
+// histogram that edge writes on every poll and that web, bench and internal/gateway read,
 // the device and tag identities beside it (Info, with UnitIndex, the one
 // lookup of a tag's unit for push's per-tag topics and web's /metrics); and
 // the like records of the upstream (push) and of each Modbus TCP server

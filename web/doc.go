@@ -12,9 +12,9 @@
 // It never polls devices, pushes upstream or writes to the ring: it reads the
 // ring (Since, Snapshot), the history (Query, Health) and the stats records
 // through small interfaces, hands writes to a Writer (edge's scheduler behind
-// main's adapter) and imports neither edge nor push. The one secret file it
+// internal/gateway's adapter) and imports neither edge nor push. The one secret file it
 // reads is the TLS key, with its certificate (at Check and Listen); tokens
-// and the password hash come in from main as values.
+// and the password hash come in from internal/gateway as values.
 // Every client is bounded (MaxConns, MaxClients per method, rate limits and
 // ConnsPerClient per client IP, MaxRequestBytes, MaxWriteBody, timeouts, a
 // bounded WebSocket queue, a gateway-wide budget of bytes encoded for one

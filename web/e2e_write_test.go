@@ -19,8 +19,8 @@ import (
 	"edgegw/edge"
 	"edgegw/edge/modbus"
 	"edgegw/internal/testenv"
+	"edgegw/lab/sim"
 	"edgegw/ringstore"
-	"edgegw/sim"
 	"edgegw/web"
 )
 

@@ -40,10 +40,10 @@ type Devices interface {
 }
 
 // Defaults for the zero values of Config. The gateway's defaults are
-// conf's (the one place they live; main always passes them): for the
-// fields that have a config key these are the same values, so that a zero
-// Config (tests, the bench) serves like the gateway, and the root's
-// TestWebFallbacksAreConfDefaults holds them equal.
+// conf's (the one place they live; internal/gateway always passes them):
+// for the fields that have a config key these are the same values, so that
+// a zero Config (tests, the bench) serves like the gateway, and
+// internal/gateway's TestWebFallbacksAreConfDefaults holds them equal.
 const (
 	DefaultListen            = "127.0.0.1:8080"
 	DefaultLongPollTimeout   = 30 * time.Second

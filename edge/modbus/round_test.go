@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"edgegw/internal/testenv"
-	"edgegw/sim"
+	"edgegw/lab/sim"
 )
 
 // startSocketCfg is startSocket with a config (NoBatch).

@@ -18,10 +18,11 @@ const module = "edgegw"
 
 // The packages the README's rules name (besides those its table tags).
 var (
-	houseRoles    = []string{"edge", "web", "push", "mbserver"} // never depend on each other
-	houseMainOnly = []string{"conf", "internal/sdnotify"}       // imported by main alone
-	houseLabMods  = []string{"github.com/mochi-mqtt/server"}    // never in the gateway build
-	houseLeaves   = []string{"tagtype"}                         // import only the standard library
+	houseRoles    = []string{"edge", "web", "push", "mbserver"}                      // never depend on each other
+	houseMainOnly = []string{"conf", "internal/sdnotify"}                            // imported by houseEntrance alone
+	houseEntrance = []string{"main", "internal/gateway", "internal/cli", "lab/demo"} // the commands and the assembly
+	houseLabMods  = []string{"github.com/mochi-mqtt/server"}                         // never in the gateway build
+	houseLeaves   = []string{"tagtype"}                                              // import only the standard library
 )
 
 // TestHouse holds the code to the README's Architecture section: every
@@ -222,7 +223,7 @@ func checkHouse(h house, pkgs map[string]pkgInfo, gatewayDeps []string) []string
 			}
 		}
 	}
-	for _, p := range append(append([]string{}, houseRoles...), houseMainOnly...) {
+	for _, p := range slices.Concat(houseRoles, houseMainOnly, houseEntrance[1:]) {
 		if !known(p) {
 			bad("%s is named by the rules but neither exists nor has a row (README, Architecture)", p)
 		}
@@ -270,8 +271,8 @@ func checkHouse(h house, pkgs map[string]pkgInfo, gatewayDeps []string) []string
 	// Main-only and tests-only packages.
 	for _, n := range names {
 		for _, imp := range pkgs[n].imports {
-			if n != "main" && slices.Contains(houseMainOnly, imp) {
-				bad("%s is imported by %s: only main may", imp, n)
+			if !slices.Contains(houseEntrance, n) && slices.Contains(houseMainOnly, imp) {
+				bad("%s is imported by %s: only the commands and the assembly may (%s)", imp, n, strings.Join(houseEntrance, ", "))
 			}
 			if h.testsOnly[imp] {
 				bad("%s is imported by %s: it is for tests only", imp, n)

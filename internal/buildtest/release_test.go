@@ -242,7 +242,7 @@ func TestSizeBudgetARMv7(t *testing.T) {
 // when asked for a lab command, and its flags are the Makefile's.
 func TestGatewayLeavesOutTheLab(t *testing.T) {
 	deps := mustRun(t, root(t), nil, goTool(), "list", "-deps", "-tags", "nolab", ".")
-	for _, lab := range []string{"edgegw/sim", "edgegw/bench", "edgegw/lab/", "edgegw/receiver", "github.com/mochi-mqtt/"} {
+	for _, lab := range []string{"edgegw/lab/sim", "edgegw/lab/bench", "edgegw/lab/", "edgegw/receiver", "github.com/mochi-mqtt/"} {
 		for _, d := range strings.Fields(deps) {
 			if strings.HasPrefix(d, lab) {
 				t.Errorf("the gateway build links %s", d)

@@ -1,0 +1,12 @@
+package gateway
+
+import "syscall"
+
+// freeBytes is what statfs says this user may still write under dir.
+func freeBytes(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
