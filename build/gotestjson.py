@@ -30,7 +30,7 @@ def main():
             continue
         action, pkg, test = ev.get("Action"), ev.get("Package", ""), ev.get("Test")
         text = ev.get("Output", "")
-        if action in ("build-output",):
+        if action == "build-output":
             out.write(text)
         elif test is None:
             # The package's own lines: ok/FAIL, a panic outside a test. The

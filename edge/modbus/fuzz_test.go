@@ -48,10 +48,10 @@ func FuzzRTUFrame(f *testing.F) {
 		if n != want || crc16(fr[:n-2]) != uint16(fr[n-2])|uint16(fr[n-1])<<8 {
 			t.Fatalf("accepted frame % x: length %d want %d or bad crc", fr, n, want)
 		}
-		// checkRTU and the packager's checks against a matching request
+		// checkSerialReply and the packager's checks against a matching request
 		// never panic
 		req := rtuFrame(fr[0], []byte{fr[1] & 0x7F, 0, 0, 0, 1})
-		_ = checkRTU(req, fr)
+		_ = checkSerialReply(req, fr)
 		_ = (&pduPackager{Packager: gb.NewRTUClientHandler(""), framing: rtuFraming, cnt: &counters{}}).Verify(req, fr)
 	})
 }

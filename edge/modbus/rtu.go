@@ -261,7 +261,7 @@ func (p *RTUPort) exchange(t *rtuTransport, req []byte) ([]byte, error) {
 		} else {
 			frame, err = readRTUFrame(p.line.read, deadline, t.timeout, p.buf[:rtuMaxFrame])
 			if err == nil {
-				err = checkRTU(req, frame)
+				err = checkSerialReply(req, frame)
 			}
 		}
 		var fe *FrameError
@@ -407,17 +407,11 @@ func readRTUFrame(read readFunc, deadline time.Time, timeout time.Duration, buf 
 	return f, nil
 }
 
-// checkRTU checks a CRC-valid reply frame's unit and function against the
-// request frame's; the rest of the PDU is the packager's to check
-// (pduPackager).
-func checkRTU(req, f []byte) error {
-	return checkSerialReply(req, f)
-}
-
-// checkSerialReply: a whole, checked reply (unit, function, ...) against
-// its request (unit, function, ...). One from another unit, or for another
-// function (an exception keeps the function, high bit set), answers
-// another request: a late reply.
+// checkSerialReply: a whole, checked reply (unit, function, ...: an RTU
+// frame past its CRC, an ASCII frame decoded) against its request. One from
+// another unit, or for another function (an exception keeps the function,
+// high bit set), answers another request: a late reply. The rest of the
+// PDU is the packager's to check (pduPackager).
 func checkSerialReply(req, resp []byte) error {
 	if len(req) < 2 || len(resp) < 2 {
 		return frameErr("frame of %d bytes", len(resp))
