@@ -367,3 +367,18 @@ func RunUntilEnd(t testing.TB, limit time.Duration, what string, run func(contex
 		}
 	})
 }
+
+// Running returns r, made by a constructor that returned err, running
+// (its Run(ctx)) until the test ends as RunUntilEnd runs it; a non-nil err
+// fails the test at once. A simulated fleet:
+//
+//	f, err := sim.NewFleet(cfg)
+//	return testenv.Running(t, time.Minute, "the simulated fleet", f, err)
+func Running[R interface{ Run(context.Context) error }](t testing.TB, limit time.Duration, what string, r R, err error) R {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	RunUntilEnd(t, limit, what, r.Run)
+	return r
+}
