@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -87,17 +86,7 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 	// The loggers run in their own process (`edgegw sim`): the test
 	// process runs under -race with the flood clients in it.
 	addrs := simFleet(t, 48)
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "hash-password")
-	cmd.Stdin = strings.NewReader("right\n")
-	hash, err := cmd.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hashFile := filepath.Join(dir, "ui.hash")
-	if err := os.WriteFile(hashFile, hash, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	hashFile := hashPasswordFile(t, t.TempDir(), "right")
 	head := fmt.Sprintf("[http]\nlisten = \"127.0.0.1:0\"\nbasic_auth_user = \"operator\"\nbasic_auth_hash_file = %q\n", hashFile)
 	gw, page := runFleetGateway(t, gwBin, head, addrs, spec.interval, min(200*time.Millisecond, spec.interval/2))
 
@@ -141,7 +130,7 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 	}
 	// Warm-up past: one window of tolerance starts here.
 	before, hash0 := devices(), hashes()
-	cpu0, t0 := cpuTicks(t, gw.cmd.Process.Pid), time.Now()
+	cpu0, t0 := cpuTicks(t, gw.Cmd.Process.Pid), time.Now()
 
 	flood := httpFrom("127.0.0.1")
 	var mu sync.Mutex
@@ -176,7 +165,7 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 	}
 	testenv.Wait(t, spec.dur+time.Minute, "the flood's clients (10 s client timeout)", wg.Wait)
 	elapsed := time.Since(t0)
-	cpu1 := cpuTicks(t, gw.cmd.Process.Pid)
+	cpu1 := cpuTicks(t, gw.Cmd.Process.Pid)
 	after, hash1 := devices(), hashes()
 
 	cpu := float64(cpu1-cpu0) / 100 / elapsed.Seconds()
@@ -217,7 +206,7 @@ func TestWrongPasswordFloodE2E(t *testing.T) {
 	if worst > 1 {
 		t.Errorf("device %s missed %d windows during the flood besides those lost to load (at most 1 allowed)", worstDev, worst)
 	}
-	gw.stop(10 * time.Second)
+	gw.Stop(os.Interrupt, 10*time.Second)
 }
 
 // runFleetGateway runs binary on a config of head (its [http] section and
@@ -247,7 +236,7 @@ func runConfig(t *testing.T, binary, cfg, text string) (*proc, string) {
 		t.Fatal(err)
 	}
 	gw := startProcBin(t, binary, "run", "-config", cfg)
-	line := gw.waitLine("edgegw running", 20*time.Second)
+	line := gw.WaitLine("edgegw running", 20*time.Second)
 	return gw, line[strings.Index(line, "page=")+len("page="):]
 }
 
@@ -276,11 +265,11 @@ func simFleet(t *testing.T, n int) []string {
 	deadline := time.After(20 * time.Second)
 	for len(addrs) < n {
 		select {
-		case l := <-p.lines:
+		case l := <-p.Lines:
 			if f := strings.Fields(l); len(f) == 3 && f[1] == "udp" {
 				addrs = append(addrs, f[2])
 			}
-		case <-p.done:
+		case <-p.Done:
 			t.Fatal("edgegw sim exited")
 		case <-deadline:
 			t.Fatalf("edgegw sim: %d of %d addresses after 20s", len(addrs), n)
@@ -294,20 +283,6 @@ func simFleet(t *testing.T, n int) []string {
 func httpFrom(src string) *http.Client {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 100}}
-}
-
-func getJSONWith(c *http.Client, url, user, pass string, v any) error {
-	req, _ := http.NewRequest("GET", url, nil)
-	req.SetBasicAuth(user, pass)
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // /healthz of the real binary: a good logger, a dead one and an upstream
@@ -367,5 +342,5 @@ func TestHealthzE2E(t *testing.T) {
 	if h.Status != "unhealthy" || !strings.Contains(h.Reasons[0], "upstream down for") {
 		t.Fatalf("healthz: %+v", h)
 	}
-	gw.stop(10 * time.Second)
+	gw.Stop(os.Interrupt, 10*time.Second)
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,8 +34,8 @@ type deviceState struct {
 func apiDevices(t *testing.T, gw *proc, page string) map[string]deviceState {
 	t.Helper()
 	select {
-	case <-gw.done:
-		t.Fatalf("the gateway exited (%v)", gw.cmd.ProcessState)
+	case <-gw.Done:
+		t.Fatalf("the gateway exited (%v)", gw.Cmd.ProcessState)
 	default:
 	}
 	var out struct{ Devices []deviceState }
@@ -112,8 +111,8 @@ func TestFaultReloadAddsUnopenableDevices(t *testing.T) {
 
 	write(faultConfig(fleet, 3, rtuDevice("meter", port)+
 		"[[device]]\nname = \"lost\"\ntransport = \"udp\"\naddress = \"logger.nope.invalid:502\"\nprofile = \"th\"\n"))
-	_ = gw.cmd.Process.Signal(syscall.SIGHUP)
-	gw.waitLine("reload: devices applied", 10*time.Second)
+	_ = gw.Cmd.Process.Signal(syscall.SIGHUP)
+	gw.WaitLine("reload: devices applied", 10*time.Second)
 	var devs map[string]deviceState
 	waitFor(t, 10*time.Second, "meter and lost down with a reason", func() bool {
 		devs = apiDevices(t, gw, page)
@@ -133,13 +132,7 @@ func TestFaultReloadAddsUnopenableDevices(t *testing.T) {
 	// The adapter is plugged in: the port appears at the configured path.
 	a, b := testenv.PTYPair(t)
 	bus, err := sim.NewRTUBus(sim.RTUConfig{Path: b, Baud: 19200, Units: []uint8{1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- bus.Run(ctx) }()
-	t.Cleanup(func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the RTU bus's Run to return after cancel") })
+	testenv.Running(t, 10*time.Second, "the RTU bus", bus, err)
 	if err := os.Symlink(a, port); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +145,7 @@ func TestFaultReloadAddsUnopenableDevices(t *testing.T) {
 		t.Errorf("lost: %+v", d)
 	}
 	checkGoodKeptSchedule(t, devs, 3)
-	if code := gw.stop(15 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 15*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
 }
@@ -182,7 +175,7 @@ func TestFaultStartWithMissingPort(t *testing.T) {
 		t.Errorf("meter reason %q", r)
 	}
 	checkGoodKeptSchedule(t, devs, 3)
-	if code := gw.stop(15 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 15*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
 }
@@ -205,8 +198,8 @@ func TestFaultReloadRefusesEmptyConfig(t *testing.T) {
 		"[gateway]\nid = \"faults\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
 	} {
 		write(body)
-		_ = gw.cmd.Process.Signal(syscall.SIGHUP)
-		gw.waitLine("it has no devices and would stop all polling", 10*time.Second)
+		_ = gw.Cmd.Process.Signal(syscall.SIGHUP)
+		gw.WaitLine("it has no devices and would stop all polling", 10*time.Second)
 		n := apiDevices(t, gw, page)["good-0"].Polls
 		waitFor(t, 10*time.Second, "polling continues after the refused reload", func() bool {
 			d := apiDevices(t, gw, page)
@@ -216,10 +209,10 @@ func TestFaultReloadRefusesEmptyConfig(t *testing.T) {
 	checkGoodKeptSchedule(t, apiDevices(t, gw, page), 2)
 
 	write("allow_empty = true\n[gateway]\nid = \"faults\"\n[http]\nlisten = \"127.0.0.1:0\"\n")
-	_ = gw.cmd.Process.Signal(syscall.SIGHUP)
-	gw.waitLine("reload: devices applied", 10*time.Second)
+	_ = gw.Cmd.Process.Signal(syscall.SIGHUP)
+	gw.WaitLine("reload: devices applied", 10*time.Second)
 	waitFor(t, 10*time.Second, "no devices left", func() bool { d := apiDevices(t, gw, page); return d != nil && len(d) == 0 })
-	if code := gw.stop(15 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 15*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
 }
@@ -250,7 +243,7 @@ func TestFaultCheckAndRunAgreeOnMissingFile(t *testing.T) {
 	}
 	gw, page := runGateway(t, path)
 	waitFor(t, 10*time.Second, "polled", func() bool { return apiDevices(t, gw, page)["good-0"].GoodPolls >= 3 })
-	if code := gw.stop(15 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 15*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
 }

@@ -71,7 +71,7 @@ func TestFaultFreshInstallStarts(t *testing.T) {
 		t.Fatalf("check: %v\n%s", err, out)
 	}
 	p := startProcBin(t, installed, "run", "-config", confPath)
-	line := p.waitLine("edgegw running", 20*time.Second)
+	line := p.WaitLine("edgegw running", 20*time.Second)
 	page := line[strings.Index(line, "page=")+len("page="):]
 	waitFor(t, 30*time.Second, "every device of the example polled", func() bool {
 		devs := apiDevices(t, p, page)
@@ -85,7 +85,7 @@ func TestFaultFreshInstallStarts(t *testing.T) {
 		}
 		return true
 	})
-	if code := p.stop(15 * time.Second); code != 0 {
+	if code := p.Stop(os.Interrupt, 15*time.Second); code != 0 {
 		t.Errorf("installed gateway exited %d", code)
 	}
 }

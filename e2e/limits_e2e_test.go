@@ -307,7 +307,7 @@ func TestDefaultLimitsE2E(t *testing.T) {
 	if worst > 1 {
 		t.Errorf("device %s missed %d windows during the flood (at most 1 allowed)", worstDev, worst)
 	}
-	gw.stop(10 * time.Second)
+	gw.Stop(os.Interrupt, 10*time.Second)
 }
 
 // The page on the default limits, against a 48-logger demo: its trends

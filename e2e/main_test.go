@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -53,12 +51,7 @@ func TestMain(m *testing.M) {
 }
 
 // proc is one edgegw process started by a test.
-type proc struct {
-	t     *testing.T
-	cmd   *exec.Cmd
-	lines chan string // stdout and stderr lines
-	done  chan struct{}
-}
+type proc = testenv.Proc
 
 // startProc runs edgegw with args until the test ends (SIGKILL at cleanup).
 func startProc(t *testing.T, args ...string) *proc {
@@ -69,77 +62,25 @@ func startProc(t *testing.T, args ...string) *proc {
 // startProcBin is startProc with another edgegw binary (an installed copy).
 func startProcBin(t *testing.T, binary string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{t: t, cmd: cmd, lines: make(chan string, 10000), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			select {
-			case p.lines <- sc.Text():
-			default: // nobody reads: drop rather than block the child
-			}
-		}
-	}()
-	go func() {
-		_ = cmd.Wait()
-		pw.Close()
-		close(p.done)
-	}()
-	t.Cleanup(p.kill)
-	return p
+	return testenv.StartProc(t, "edgegw "+strings.Join(args, " "), binary, args...)
 }
 
-// waitLine returns the first line (from now on) containing substr.
-func (p *proc) waitLine(substr string, limit time.Duration) string {
-	p.t.Helper()
-	deadline := time.After(limit)
-	for {
-		select {
-		case l := <-p.lines:
-			if strings.Contains(l, substr) {
-				return l
-			}
-		case <-p.done:
-			p.t.Fatalf("%s exited before printing %q", p.cmd.Args, substr)
-		case <-deadline:
-			p.t.Fatalf("%s did not print %q within %v", p.cmd.Args, substr, limit)
-		}
-	}
-}
-
-func (p *proc) kill() {
-	select {
-	case <-p.done:
-	default:
-		_ = p.cmd.Process.Kill()
-		testenv.Closed(p.t, p.done, 20*time.Second, fmt.Sprintf("%s to exit after SIGKILL", p.cmd.Args))
-	}
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop(limit time.Duration) int {
-	p.t.Helper()
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(limit):
-		p.t.Fatalf("%s did not stop within %v", p.cmd.Args, limit)
-	}
-	return -1
-}
-
+// getJSON decodes the JSON body of a GET of url into v: an error unless
+// it answers 200 within 10 s.
 func getJSON(t *testing.T, url string, v any) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return getJSONWith(http.DefaultClient, url, "", "", v)
+}
+
+// getJSONWith is getJSON through c, with basic auth when user is set.
+func getJSONWith(c *http.Client, url, user, pass string, v any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-	resp, err := http.DefaultClient.Do(req)
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
@@ -195,7 +136,7 @@ func TestCheckBadConfigExitsOne(t *testing.T) {
 func runGateway(t *testing.T, cfg string) (*proc, string) {
 	t.Helper()
 	p := startProc(t, "run", "-config", cfg)
-	line := p.waitLine("edgegw running", 20*time.Second)
+	line := p.WaitLine("edgegw running", 20*time.Second)
 	return p, line[strings.Index(line, "page=")+len("page="):]
 }
 
@@ -203,14 +144,7 @@ func runGateway(t *testing.T, cfg string) (*proc, string) {
 func runFleet(t *testing.T, cfg sim.Config) *sim.Fleet {
 	t.Helper()
 	fleet, err := sim.NewFleet(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fleet.Run(ctx) }()
-	t.Cleanup(func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the fleet's Run to return") })
-	return fleet
+	return testenv.Running(t, 10*time.Second, "the simulated fleet", fleet, err)
 }
 
 // refusedAddr and silentUDPAddr: a TCP address that refuses, a UDP one
@@ -221,7 +155,7 @@ var refusedAddr, silentUDPAddr = testenv.RefusedAddr, testenv.SilentUDPAddr
 func startDemo(t *testing.T, args ...string) (*proc, string) {
 	t.Helper()
 	p := startProc(t, append([]string{"demo", "-http", "127.0.0.1:0", "-stats", "0"}, args...)...)
-	line := p.waitLine("page: ", 20*time.Second)
+	line := p.WaitLine("page: ", 20*time.Second)
 	return p, strings.TrimSpace(strings.TrimPrefix(line[strings.Index(line, "page: "):], "page: "))
 }
 
@@ -245,7 +179,7 @@ func TestDemoServesAndStopsCleanly(t *testing.T) {
 			t.Errorf("%s/%s: %s %v", tg.Device, tg.Tag, tg.Quality, tg.Value)
 		}
 	}
-	if code := p.stop(15 * time.Second); code != 0 {
+	if code := p.Stop(os.Interrupt, 15*time.Second); code != 0 {
 		t.Fatalf("demo exited %d on SIGINT", code)
 	}
 }
@@ -293,21 +227,29 @@ func TestDemoPageInChromium(t *testing.T) {
 	t.Logf("screenshot: %s", shot)
 }
 
+// hashPasswordFile writes dir/ui.hash: `edgegw hash-password`'s hash of
+// password (for basic_auth_hash_file), and returns its path.
+func hashPasswordFile(t *testing.T, dir, password string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "hash-password")
+	cmd.Stdin = strings.NewReader(password + "\n")
+	hash, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "ui.hash")
+	if err := os.WriteFile(path, hash, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // Read access control from the config file: basic auth for the page and
 // API (hash made by `edgegw hash-password`), /metrics protected too,
 // /healthz open.
 func TestBasicAuthFromConfig(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "hash-password")
-	cmd.Stdin = strings.NewReader("s3cret\n")
-	hash, err := cmd.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hashFile := filepath.Join(dir, "ui.hash")
-	if err := os.WriteFile(hashFile, hash, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	hashFile := hashPasswordFile(t, dir, "s3cret")
 	cfg := filepath.Join(dir, "edgegw.toml")
 	body := fmt.Sprintf("[http]\nlisten = \"127.0.0.1:0\"\nbasic_auth_user = \"operator\"\nbasic_auth_hash_file = %q\nprotect_metrics = true\n"+
 		"[[device]]\nname = \"d\"\ntransport = \"tcp\"\naddress = %q\ntags = [ { name = \"t\", address = 0 } ]\n", hashFile, refusedAddr(t))
@@ -343,5 +285,5 @@ func TestBasicAuthFromConfig(t *testing.T) {
 			t.Errorf("GET /%s as %q/%q: %d, want %d", c.path, c.user, c.pass, got, c.want)
 		}
 	}
-	gw.stop(10 * time.Second)
+	gw.Stop(os.Interrupt, 10*time.Second)
 }

@@ -88,7 +88,7 @@ func TestModbusMirrorServesTheFleet(t *testing.T) {
 		addrs[i] = fleet.Addr(i)
 	}
 	gw, page := runFleetGateway(t, bin, mirrorHead, addrs, time.Second, 200*time.Millisecond)
-	defer gw.stop(10 * time.Second)
+	defer gw.Stop(os.Interrupt, 10*time.Second)
 
 	var st mbStatus
 	if err := getJSON(t, page+"api/status", &st); err != nil || len(st.Modbus) != 2 {
@@ -230,7 +230,7 @@ interval = "500ms"
 tags = [ { name = "a", address = 0 } ]
 `, port)
 	gw, page := runConfig(t, bin, filepath.Join(t.TempDir(), "edgegw.toml"), cfg)
-	defer gw.stop(10 * time.Second)
+	defer gw.Stop(os.Interrupt, 10*time.Second)
 	var st mbStatus
 	if err := getJSON(t, page+"api/status", &st); err != nil || len(st.Modbus) != 1 {
 		t.Fatalf("/api/status: %v %+v", err, st)
@@ -254,7 +254,7 @@ tags = [ { name = "a", address = 0 } ]
 	if vals, out := mbpollRead(t, mbpoll, addr, 5, 0, 4); fmt.Sprint(vals) != "[11 22 1234 44]" {
 		t.Errorf("read back through unit 5: %v\n%s", vals, out)
 	}
-	line := gw.waitLine("pass-through write", 10*time.Second)
+	line := gw.WaitLine("pass-through write", 10*time.Second)
 	if !strings.Contains(line, "client=\"modbus 127.0.0.1:") || !strings.Contains(line, "device=plc") || !strings.Contains(line, "result=ok") {
 		t.Errorf("write log line: %s", line)
 	}

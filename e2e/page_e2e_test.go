@@ -144,13 +144,13 @@ func TestDemoPageHistoryViewsAndStale(t *testing.T) {
 	// The gateway freezes (SIGSTOP: the connection stays open, nothing comes,
 	// as when the network goes away silently): within 5 s the page says so.
 	b.WaitJS(10*time.Second, "live", `document.body.dataset.live === 'live'`, `document.body.dataset.live`)
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	took = b.WaitJS(5*time.Second, "the page to show the values as stale while the gateway is frozen",
 		`document.body.dataset.live === 'stale' && !document.getElementById('banner').hidden`, `document.body.dataset.live`)
 	t.Logf("stale %v after the gateway froze", took.Round(time.Millisecond))
-	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	took = b.WaitJS(10*time.Second, "the page live again after the freeze", `document.body.dataset.live === 'live' && document.getElementById('banner').hidden`, `document.body.dataset.live`)
@@ -158,7 +158,7 @@ func TestDemoPageHistoryViewsAndStale(t *testing.T) {
 
 	// The gateway goes away: within 5 s every value is shown as old, with the time since.
 	u, _ := url.Parse(page)
-	p.stop(15 * time.Second)
+	p.Stop(os.Interrupt, 15*time.Second)
 	stopped := time.Now()
 	took = b.WaitJS(5*time.Second, "the page to show the values as stale",
 		`document.body.dataset.live === 'stale' && !document.getElementById('banner').hidden && document.getElementById('banner').textContent.includes('gateway unreachable')`,
@@ -173,7 +173,7 @@ func TestDemoPageHistoryViewsAndStale(t *testing.T) {
 	b.Screenshot(filepath.Join(shots, "page-stale-desktop.png"))
 
 	// It comes back on the same address: the page is live again by itself.
-	startProc(t, append([]string{"demo", "-http", u.Host, "-stats", "0"}, args...)...).waitLine("page: ", 20*time.Second)
+	startProc(t, append([]string{"demo", "-http", u.Host, "-stats", "0"}, args...)...).WaitLine("page: ", 20*time.Second)
 	took = b.WaitJS(30*time.Second, "the page live again", `document.body.dataset.live === 'live' && document.getElementById('banner').hidden`, `document.body.dataset.live`)
 	t.Logf("live again %v after the gateway returned (%v after it stopped)", took.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
 	// A new process cannot resume the page (its sequence starts above the

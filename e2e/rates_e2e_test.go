@@ -245,7 +245,7 @@ tags = [ { name = "c", address = 0, scale = 0.1, deadband = 1, max_silence = "50
 	stillFrom := time.Now()
 	testenv.WaitFor(t, time.Minute, "3 s of the constant register", func() bool { return time.Since(stillFrom) > 3*time.Second })
 	devs := rbeDevices(t, page)
-	if code := gw.stop(20 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 20*time.Second); code != 0 {
 		t.Errorf("gateway exit %d", code)
 	}
 

@@ -111,8 +111,8 @@ func TestReloadOnSIGHUP(t *testing.T) {
 
 	// valid: d2 removed, d3 changed, d4 added
 	write(config(0, 1, -3, 4))
-	_ = gw.cmd.Process.Signal(syscall.SIGHUP)
-	gw.waitLine("reload: devices applied", 10*time.Second)
+	_ = gw.Cmd.Process.Signal(syscall.SIGHUP)
+	gw.WaitLine("reload: devices applied", 10*time.Second)
 	reloaded := time.Now().UnixMicro()
 	waitFor(t, 10*time.Second, "samples of the added d4", func() bool { return len(samplesOf("d4")) >= 10 })
 	var short struct{ Tags []ringstore.Sample }
@@ -132,8 +132,8 @@ func TestReloadOnSIGHUP(t *testing.T) {
 
 	// invalid: refused, the running config stays
 	write("[[device]]\nname = \"broken\"\n")
-	_ = gw.cmd.Process.Signal(syscall.SIGHUP)
-	gw.waitLine("config invalid; the running one stays", 10*time.Second)
+	_ = gw.Cmd.Process.Signal(syscall.SIGHUP)
+	gw.WaitLine("config invalid; the running one stays", 10*time.Second)
 	n := len(samplesOf("d4"))
 	waitFor(t, 10*time.Second, "d4 still polled after the refused reload", func() bool { return len(samplesOf("d4")) >= n+10 })
 	// The gateway's own count of the windows its scheduler skipped
@@ -153,7 +153,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if counters == nil {
 		t.Fatal("no /api/devices before the stop")
 	}
-	if code := gw.stop(15 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 15*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
 

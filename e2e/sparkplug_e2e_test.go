@@ -441,7 +441,7 @@ func TestSparkplugInterop(t *testing.T) {
 
 	// SIGKILL: the broker publishes the will, NDEATH with bdSeq 0.
 	before = host.count()
-	gw.kill()
+	gw.Kill()
 	nd := host.waitFrom(before, 60*time.Second, "NDEATH (the will) after SIGKILL", isType("NDEATH"))
 	if m := host.all()[nd]; m.metric("bdSeq") == nil || m.metric("bdSeq").num(t) != 0 {
 		t.Fatalf("NDEATH bdSeq = %+v, want 0", m.metric("bdSeq"))
@@ -489,7 +489,7 @@ func TestSparkplugInterop(t *testing.T) {
 		kinds[msgs[i].typ()]++
 	}
 	t.Logf("%d messages %v, seq wraps %d, counter DDATA %v", len(msgs), kinds, checkSeqs(t, msgs), seen)
-	if code := gw.stop(20 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 20*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
 }
@@ -555,7 +555,7 @@ func TestSparkplugPrimaryHostNoLoss(t *testing.T) {
 	if err := getJSON(t, page+"api/longPolling?lastSequence=0", &ring); err != nil {
 		t.Fatal(err)
 	}
-	if code := gw.stop(20 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 20*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
 
@@ -790,7 +790,7 @@ func wireMeasure(t *testing.T, tags string) (res map[string]wireClass, kept, acq
 		res[k] = *v
 	}
 	mu.Unlock()
-	gw.stop(20 * time.Second)
+	gw.Stop(os.Interrupt, 20*time.Second)
 	t.Logf("%d samples made, %d polls in %v", s1-s0, p1-p0, time.Since(t0).Round(time.Millisecond))
 	return res, int(s1 - s0), int(p1-p0) * (strings.Count(tags, "name =")), secs
 }
@@ -800,8 +800,8 @@ func wireMeasure(t *testing.T, tags string) (res map[string]wireClass, kept, acq
 // brings NBIRTH and a DBIRTH per simulated logger with its two tags.
 func TestDemoSparkplug(t *testing.T) {
 	p, _ := startDemo(t, "-sparkplug", "-devices", "4", "-interval", "200ms")
-	p.waitLine("sparkplug: topic spBv1.0/demo/+/demo/#", 10*time.Second)
-	line := p.waitLine("mosquitto_sub -h 127.0.0.1 -p ", 10*time.Second)
+	p.WaitLine("sparkplug: topic spBv1.0/demo/+/demo/#", 10*time.Second)
+	line := p.WaitLine("mosquitto_sub -h 127.0.0.1 -p ", 10*time.Second)
 	var port int
 	if _, err := fmt.Sscanf(line[strings.Index(line, "-p ")+3:], "%d", &port); err != nil || !strings.Contains(line, "-t 'spBv1.0/#'") {
 		t.Fatalf("watch line %q", line)
@@ -846,7 +846,7 @@ func TestDemoSparkplug(t *testing.T) {
 			t.Errorf("DBIRTH logger-%02d: %+v", i, pl)
 		}
 	}
-	if code := p.stop(15 * time.Second); code != 0 {
+	if code := p.Stop(os.Interrupt, 15*time.Second); code != 0 {
 		t.Fatalf("demo exited %d on SIGINT", code)
 	}
 }

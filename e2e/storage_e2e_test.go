@@ -133,7 +133,7 @@ func TestFullDiskHealthzNoUpstream(t *testing.T) {
 		!strings.Contains(w.LastError, "no space left on device") || w.LastErrorUS == 0 {
 		t.Fatalf("status storage after recovery: %+v", st.Storage)
 	}
-	if code := gw.stop(10 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 10*time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 }

@@ -164,7 +164,7 @@ func TestForgedUDPRepliesE2E(t *testing.T) {
 			t.Errorf("/metrics: %s missing or 0", want)
 		}
 	}
-	if code := gw.stop(15 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 15*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
 }

@@ -112,7 +112,7 @@ func measureUplink(t *testing.T, name string, fleet *sim.Fleet, upstream string,
 	cfg := loggersConfig(t, "gw-01", fleet, strings.ReplaceAll(upstream, "PROXY", p.addr()), "1s", "200ms")
 	stored := func() uint64 { return r.Stats().Samples }
 	gw, _ := runGateway(t, cfg)
-	defer gw.stop(20 * time.Second)
+	defer gw.Stop(os.Interrupt, 20*time.Second)
 	// Start after the first minute's warm-up is not needed: the figures
 	// are deltas from the first 500 stored samples on.
 	waitFor(t, 60*time.Second, name+": first samples stored", func() bool { return stored() >= 500 })

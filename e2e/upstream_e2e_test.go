@@ -120,7 +120,7 @@ func TestUpstreamOutageLosesNothing(t *testing.T) {
 	recvOut := filepath.Join(dir, "received.jsonl")
 	startReceiver := func() *proc {
 		p := startProc(t, "receive", "-listen", recvAddr, "-out", recvOut)
-		p.waitLine("receiving on", 10*time.Second)
+		p.WaitLine("receiving on", 10*time.Second)
 		return p
 	}
 	viaMQTT := &seqLog{}
@@ -160,7 +160,7 @@ func TestUpstreamOutageLosesNothing(t *testing.T) {
 	waitFor(t, 30*time.Second, "(start) samples at the receiver", func() bool { return len(readReceived(t, recvOut)) >= 2000 })
 
 	// (a) receiver down: after fallback_after, MQTT carries the batches.
-	recv.kill()
+	recv.Kill()
 	waitPath("(a)", "mqtt")
 	n := len(viaMQTT.snapshot())
 	waitFor(t, 30*time.Second, "(a) samples over mqtt", func() bool { return len(viaMQTT.snapshot()) >= n+2000 })
@@ -172,7 +172,7 @@ func TestUpstreamOutageLosesNothing(t *testing.T) {
 
 	// (c) SIGKILL the gateway mid-outage and start it again.
 	mark := markOf(t, filepath.Join(dir, "data"))
-	gw.kill()
+	gw.Kill()
 	gw = startGateway()
 	waitFor(t, 30*time.Second, "(c) queue restored and growing", func() bool {
 		s := status()
@@ -194,10 +194,10 @@ func TestUpstreamOutageLosesNothing(t *testing.T) {
 	// (under 0.2 s of samples at this rate)
 	waitFor(t, 60*time.Second, "(d) queue drained", func() bool { return status().Upstream.QueueSamples < 200 })
 	st := status()
-	if code := gw.stop(20 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 20*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
-	recv.stop(10 * time.Second)
+	recv.Stop(os.Interrupt, 10*time.Second)
 	if st.Upstream.Dropped != 0 {
 		t.Errorf("gateway dropped %d samples", st.Upstream.Dropped)
 	}

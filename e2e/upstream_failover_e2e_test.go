@@ -166,7 +166,7 @@ func TestMQTTBrokerClusterFailover(t *testing.T) {
 	})
 	// Drained: what is left is the last batch window of a live stream.
 	waitFor(t, 30*time.Second, "queue drained over the second broker", func() bool { return status().Upstream.QueueSamples < 200 })
-	if code := gw.stop(20 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 20*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
 	got, dups := noHole(t, "stored", out.snapshot())
@@ -190,7 +190,7 @@ func TestWebSocketURLsFailoverE2E(t *testing.T) {
 	outA, outB := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
 	startReceiver := func(addr, out string) *proc {
 		p := startProc(t, "receive", "-listen", addr, "-out", out)
-		p.waitLine("receiving on", 10*time.Second)
+		p.WaitLine("receiving on", 10*time.Second)
 		return p
 	}
 	recvA := startReceiver(addrA, outA)
@@ -204,7 +204,7 @@ func TestWebSocketURLsFailoverE2E(t *testing.T) {
 	waitFor(t, 30*time.Second, "samples at the first receiver", func() bool {
 		return status().Upstream.WSURL == urlA && len(readReceived(t, outA)) >= 1000
 	})
-	recvA.kill()
+	recvA.Kill()
 	waitFor(t, 30*time.Second, "the gateway on the second receiver", func() bool {
 		return status().Upstream.WSURL == urlB && len(readReceived(t, outB)) >= 1000
 	})
@@ -215,11 +215,11 @@ func TestWebSocketURLsFailoverE2E(t *testing.T) {
 		return s.Upstream.WSURL == urlA && s.Upstream.Path == "websocket" && len(readReceived(t, outA)) >= nA+1000
 	})
 	waitFor(t, 30*time.Second, "queue drained", func() bool { return status().Upstream.QueueSamples < 200 })
-	if code := gw.stop(20 * time.Second); code != 0 {
+	if code := gw.Stop(os.Interrupt, 20*time.Second); code != 0 {
 		t.Errorf("gateway exited %d", code)
 	}
-	recvA.stop(10 * time.Second)
-	recvB.stop(10 * time.Second)
+	recvA.Stop(os.Interrupt, 10*time.Second)
+	recvB.Stop(os.Interrupt, 10*time.Second)
 	a, b := readReceived(t, outA), readReceived(t, outB)
 	got, dups := noHole(t, "stored by the two", append(a, b...))
 	t.Logf("first receiver %d lines, second %d; %d seqs without a hole, %d stored by both (in flight at the SIGKILL, or a batch the killed receiver wrote but had not acked)", len(a), len(b), got, dups)

@@ -231,7 +231,7 @@ func TestWebSocketResumeMemoryE2E(t *testing.T) {
 	}
 	host := strings.TrimSuffix(strings.TrimPrefix(page, "http://"), "/")
 	wsURL := "ws://" + host + "/api/ws"
-	pid := gw.cmd.Process.Pid
+	pid := gw.Cmd.Process.Pid
 	status := func() (st wsStatus) {
 		waitFor(t, 20*time.Second, "/api/status", func() bool { return getJSON(t, page+"api/status", &st) == nil })
 		return st
@@ -432,6 +432,6 @@ func TestWebSocketResumeMemoryE2E(t *testing.T) {
 		t.Errorf("valid sample rate %.3f%% during the resumes (a logger missed %d windows; the control beside it %.3f%%, at most %d), want ≥ 99.9%% or no worse than the control",
 			100*valid, worst, 100*cValid, cWorst)
 	}
-	gw.stop(20 * time.Second)
-	ctrl.stop(20 * time.Second)
+	gw.Stop(os.Interrupt, 20*time.Second)
+	ctrl.Stop(os.Interrupt, 20*time.Second)
 }

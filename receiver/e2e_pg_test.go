@@ -1,7 +1,6 @@
 package receiver
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -58,84 +57,18 @@ func binaries(t *testing.T) (lab, recv string) {
 	return labBin, recvBin
 }
 
-// eproc is a process of an end-to-end test.
-type eproc struct {
-	t     *testing.T
-	name  string
-	cmd   *exec.Cmd
-	lines chan string
-	done  chan struct{}
-}
-
-func startE(t *testing.T, name string, argv ...string) *eproc {
-	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &eproc{t: t, name: name, cmd: cmd, lines: make(chan string, 10000), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			select {
-			case p.lines <- sc.Text():
-			default: // nobody reads: drop rather than block the child
-			}
-		}
-		io.Copy(io.Discard, pr)
-	}()
-	go func() { _ = cmd.Wait(); pw.Close(); close(p.done) }()
-	t.Cleanup(p.kill)
-	return p
-}
-
-func (p *eproc) waitLine(substr string, limit time.Duration) string {
-	p.t.Helper()
-	deadline := time.After(limit)
-	for {
-		select {
-		case l := <-p.lines:
-			if strings.Contains(l, substr) {
-				return l
-			}
-		case <-p.done:
-			p.t.Fatalf("%s exited before printing %q", p.name, substr)
-		case <-deadline:
-			p.t.Fatalf("%s did not print %q within %v", p.name, substr, limit)
-		}
-	}
-}
-
-func (p *eproc) kill() {
-	select {
-	case <-p.done:
-	default:
-		_ = p.cmd.Process.Kill()
-		testenv.Closed(p.t, p.done, 20*time.Second, p.name+" to exit after SIGKILL")
-	}
-}
-
-func (p *eproc) term(limit time.Duration) {
-	p.t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	testenv.Closed(p.t, p.done, limit, p.name+" to exit after SIGTERM")
-}
-
 // recvProc is one edgegw-receiver on a fixed port (kept across restarts);
 // args are its flags after -listen, -postgres and -id.
 type recvProc struct {
 	id, addr string
 	args     []string
-	p        *eproc
+	p        *testenv.Proc
 }
 
 func startReceiverProc(t *testing.T, bin, db string, r *recvProc) {
 	t.Helper()
-	r.p = startE(t, r.id, append([]string{bin, "-listen", r.addr, "-postgres", db, "-id", r.id}, r.args...)...)
-	r.p.waitLine("receiving on", 30*time.Second)
+	r.p = testenv.StartProc(t, r.id, bin, append([]string{"-listen", r.addr, "-postgres", db, "-id", r.id}, r.args...)...)
+	r.p.WaitLine("receiving on", 30*time.Second)
 }
 
 // e2eGateway is one lab gateway polling the shared simulated loggers;
@@ -143,7 +76,7 @@ func startReceiverProc(t *testing.T, bin, db string, r *recvProc) {
 // without a WebSocket).
 type e2eGateway struct {
 	id, dir, cfg, page, mqtt string
-	p                        *eproc
+	p                        *testenv.Proc
 }
 
 // upstreams are the receivers' addresses in the gateway's urls, in order
@@ -171,8 +104,8 @@ func (g *e2eGateway) writeConfig(t *testing.T, upstreams []string, fleet *sim.Fl
 
 func startGatewayProc(t *testing.T, bin string, g *e2eGateway) {
 	t.Helper()
-	g.p = startE(t, g.id, bin, "run", "-config", g.cfg)
-	line := g.p.waitLine("edgegw running", 30*time.Second)
+	g.p = testenv.StartProc(t, g.id, bin, "run", "-config", g.cfg)
+	line := g.p.WaitLine("edgegw running", 30*time.Second)
 	g.page = line[strings.Index(line, "page=")+len("page="):]
 }
 
@@ -229,7 +162,7 @@ func stopAcquiring(t *testing.T, gws []*e2eGateway, upstreams []string, fleet *s
 	t.Helper()
 	for _, g := range gws {
 		g.writeConfig(t, upstreams, fleet, 0)
-		_ = g.p.cmd.Process.Signal(syscall.SIGHUP)
+		_ = g.p.Cmd.Process.Signal(syscall.SIGHUP)
 	}
 	acquired := map[string]uint64{}
 	for _, g := range gws {
@@ -320,7 +253,7 @@ func TestE2EReceiversKilledBehindHAProxy(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(haproxyConfig(front, rs)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startE(t, "haproxy", haproxy, "-f", cfg, "-db")
+	testenv.StartProc(t, "haproxy", haproxy, "-f", cfg, "-db")
 	testenv.WaitFor(t, 20*time.Second, "haproxy accepting", func() bool {
 		code, _ := getQuiet("http://" + front + "/healthz")
 		return code == 200
@@ -353,7 +286,7 @@ func TestE2EReceiversKilledBehindHAProxy(t *testing.T) {
 		tick := time.NewTimer(every)
 		testenv.Recv(t, tick.C, every+time.Second, "the kill period")
 		r := rs[k%len(rs)]
-		r.p.kill()
+		r.p.Kill()
 		kills++
 		startReceiverProc(t, rbin, db.URL(), r)
 		for _, g := range gws {
@@ -366,7 +299,7 @@ func TestE2EReceiversKilledBehindHAProxy(t *testing.T) {
 	acquired := stopAcquiring(t, gws, upstreams, fleet, 120*time.Second)
 	checkStored(t, db, rbin, acquired)
 	for _, g := range gws {
-		g.p.term(20 * time.Second)
+		g.p.Stop(syscall.SIGTERM, 20*time.Second)
 	}
 }
 
@@ -420,8 +353,8 @@ func TestE2EDatabaseOutage(t *testing.T) {
 	db.Restart()
 	acquired := stopAcquiring(t, []*e2eGateway{g}, []string{r.addr}, fleet, 120*time.Second)
 	checkStored(t, db, rbin, acquired)
-	g.p.term(20 * time.Second)
-	r.p.term(10 * time.Second)
+	g.p.Stop(syscall.SIGTERM, 20*time.Second)
+	r.p.Stop(syscall.SIGTERM, 10*time.Second)
 }
 
 // MQTT fallback into PostgreSQL, with real processes: the gateway stores
@@ -472,7 +405,7 @@ func TestE2EMQTTFallbackBrokerKilled(t *testing.T) {
 		return n
 	}
 	testenv.WaitFor(t, 60*time.Second, "samples stored over the WebSocket", func() bool { return stored() >= 1000 })
-	ws.p.kill()
+	ws.p.Kill()
 	n := stored()
 	testenv.WaitFor(t, 60*time.Second, "the gateway on mqtt via m1, 1000 more samples stored", func() bool {
 		s, ok := g.status(t)
@@ -489,10 +422,10 @@ func TestE2EMQTTFallbackBrokerKilled(t *testing.T) {
 	// may still be storing the last batches.
 	testenv.WaitFor(t, 30*time.Second, "the receivers storing what m2 acked", func() bool { return uint64(stored()) >= acquired[g.id] })
 	checkStored(t, db, rbin, acquired)
-	g.p.term(20 * time.Second)
+	g.p.Stop(syscall.SIGTERM, 20*time.Second)
 	for _, r := range rs {
 		t.Logf("%s: %s, %s", r.id, metric(r.addr, "edgegw_receiver_samples_total"), metric(r.addr, "edgegw_receiver_duplicates_total"))
-		r.p.term(10 * time.Second)
+		r.p.Stop(syscall.SIGTERM, 10*time.Second)
 	}
 }
 
@@ -500,12 +433,5 @@ func TestE2EMQTTFallbackBrokerKilled(t *testing.T) {
 func runSimFleet(t *testing.T, n int) *sim.Fleet {
 	t.Helper()
 	fleet, err := sim.NewFleet(sim.Config{Devices: n, Transport: "udp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fleet.Run(ctx) }()
-	t.Cleanup(func() { cancel(); testenv.Recv(t, done, 10*time.Second, "the fleet's Run to return") })
-	return fleet
+	return testenv.Running(t, 10*time.Second, "the simulated fleet", fleet, err)
 }
