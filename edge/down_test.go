@@ -72,14 +72,7 @@ func TestDownTransportRecoversWithoutRestart(t *testing.T) {
 
 	// The port appears: the RTU device recovers without a restart.
 	a, b := testenv.PTYPair(t)
-	bus, err := sim.NewRTUBus(sim.RTUConfig{Path: b, Baud: 19200, Units: []uint8{1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- bus.Run(ctx) }()
-	t.Cleanup(func() { cancel(); testenv.Closed(t, done, stopLimit, "the rtu simulator to stop") })
+	startRTUBus(t, sim.RTUConfig{Path: b, Baud: 19200, Units: []uint8{1}})
 	if err := os.Symlink(a, missing); err != nil {
 		t.Fatal(err)
 	}

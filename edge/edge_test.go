@@ -29,19 +29,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func startFleet(t *testing.T, cfg sim.Config) *sim.Fleet {
 	t.Helper()
 	f, err := sim.NewFleet(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := testenv.Recv(t, done, stopLimit, "the simulated fleet to stop"); err != nil {
-			t.Errorf("fleet: %v", err)
-		}
-	})
-	return f
+	return testenv.Running(t, stopLimit, "the simulated fleet", f, err)
+}
+
+// startRTUBus runs a simulated RTU bus (on a pty of testenv.PTYPair)
+// until the test ends.
+func startRTUBus(t *testing.T, cfg sim.RTUConfig) *sim.RTUBus {
+	t.Helper()
+	bus, err := sim.NewRTUBus(cfg)
+	return testenv.Running(t, stopLimit, "the rtu simulator", bus, err)
 }
 
 // newRing is a real ring with its own sequence directory.
@@ -345,25 +341,25 @@ func closeWait(t *testing.T, port int) int {
 	return n
 }
 
-// downLog records the errors of the transport's "connection down" warnings:
-// each is a backoff started (a broken stream that had answered is redialled
-// without one).
-type downLog struct {
-	mu   sync.Mutex
-	errs []error
+// attrLog records the value of the attribute key of every log line whose
+// message is msg.
+type attrLog struct {
+	msg, key string
+	mu       sync.Mutex
+	vals     []slog.Value
 }
 
-func (h *downLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *downLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *downLog) WithGroup(string) slog.Handler            { return h }
-func (h *downLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "modbus: connection down" {
+func (h *attrLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *attrLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *attrLog) WithGroup(string) slog.Handler            { return h }
+func (h *attrLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != h.msg {
 		return nil
 	}
 	r.Attrs(func(a slog.Attr) bool {
-		if err, ok := a.Value.Any().(error); ok && a.Key == "err" {
+		if a.Key == h.key {
 			h.mu.Lock()
-			h.errs = append(h.errs, err)
+			h.vals = append(h.vals, a.Value)
 			h.mu.Unlock()
 		}
 		return true
@@ -371,16 +367,17 @@ func (h *downLog) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-func (h *downLog) since(n int) []error {
+// since is the values recorded after the first n.
+func (h *attrLog) since(n int) []slog.Value {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]error(nil), h.errs[n:]...)
+	return append([]slog.Value(nil), h.vals[n:]...)
 }
 
-func (h *downLog) len() int {
+func (h *attrLog) len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.errs)
+	return len(h.vals)
 }
 
 // A device restarted 200 times: after each restart the next poll already
@@ -400,7 +397,9 @@ func TestDeviceRestarted200Times(t *testing.T) {
 	ring := newRing(t, 10000)
 	iv := 30 * time.Millisecond
 	dc := devCfg("d", TransportTCP, f.Addr(0), iv, 5*time.Second, thTags())
-	logs := &downLog{}
+	// Each "connection down" warning is a backoff started (a broken stream
+	// that had answered is redialled without one).
+	logs := &attrLog{msg: "modbus: connection down", key: "err"}
 	s, err := New(Config{Sink: ring, Logger: slog.New(logs), Devices: []DeviceConfig{dc}})
 	if err != nil {
 		t.Fatal(err)
@@ -444,7 +443,8 @@ func TestDeviceRestarted200Times(t *testing.T) {
 			return false
 		})
 		var backoffs []error
-		for _, err := range logs.since(down) {
+		for _, v := range logs.since(down) {
+			err, _ := v.Any().(error)
 			if !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Errorf("restart %d: a backoff started although the device was listening: %v", i, err)
 			}

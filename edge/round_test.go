@@ -2,11 +2,8 @@ package edge
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -15,30 +12,6 @@ import (
 	"edgegw/lab/sim"
 	"edgegw/ringstore"
 )
-
-// socketLog records the "batch" attribute of the UDP socket's open line.
-type socketLog struct {
-	mu    sync.Mutex
-	batch []string
-}
-
-func (h *socketLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *socketLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *socketLog) WithGroup(string) slog.Handler            { return h }
-func (h *socketLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "modbus: udp socket open" {
-		return nil
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "batch" {
-			h.mu.Lock()
-			h.batch = append(h.batch, a.Value.String())
-			h.mu.Unlock()
-		}
-		return true
-	})
-	return nil
-}
 
 // The UDP round (one goroutine, batched sends) against 48 loggers on
 // 127.0.1.1–48 that reorder replies (jitter), send duplicates, wrong
@@ -60,7 +33,7 @@ func TestUDPRoundBatchAndFallback(t *testing.T) {
 	for _, noBatch := range []bool{false, true} {
 		t.Run(fmt.Sprintf("nobatch=%v", noBatch), func(t *testing.T) {
 			ring := newRing(t, 100000)
-			lg := &socketLog{}
+			lg := &attrLog{msg: "modbus: udp socket open", key: "batch"}
 			s, err := New(Config{Sink: ring, Devices: udpFleetDevices(f, 100*time.Millisecond, 40*time.Millisecond, tags),
 				UDPListen: "127.0.0.1:0", UDPNoBatch: noBatch, Logger: slog.New(lg)})
 			if err != nil {
@@ -80,11 +53,9 @@ func TestUDPRoundBatchAndFallback(t *testing.T) {
 				return late > 0 && dup > 0 && drop > 0
 			})
 			stop()
-			lg.mu.Lock()
-			if want := fmt.Sprint(!noBatch); len(lg.batch) != 1 || lg.batch[0] != want {
-				t.Errorf("socket opened with batch %v, want [%s]", lg.batch, want)
+			if batch, want := lg.since(0), fmt.Sprint(!noBatch); len(batch) != 1 || batch[0].String() != want {
+				t.Errorf("socket opened with batch %v, want [%s]", batch, want)
 			}
-			lg.mu.Unlock()
 			var polls, answered, requests, outcomes, late uint64
 			for _, d := range s.devices {
 				sn := d.stats.Snapshot()
@@ -104,20 +75,7 @@ func TestUDPRoundBatchAndFallback(t *testing.T) {
 			if lost := polls - min(polls, answered+late); lost > polls/5 {
 				t.Errorf("%d of %d polls answered, %d replies late: %d lost otherwise", answered, polls, late, lost)
 			}
-			res := ring.Since(0, nil)
-			if res.Reset {
-				t.Fatal("ring overflowed")
-			}
-			var good int
-			for _, smp := range res.Samples {
-				if smp.Quality != ringstore.Good {
-					continue
-				}
-				good++
-				if smp.Value != names[smp.Device] {
-					t.Fatalf("cross-talk: %s got %v", smp.Device, smp.Value)
-				}
-			}
+			good := checkOwnValues(t, ring, names)
 			if good == 0 {
 				t.Fatal("no good sample")
 			}
@@ -200,93 +158,6 @@ type sinkFunc func([]ringstore.Sample)
 
 func (f sinkFunc) Append(b []ringstore.Sample) (uint64, uint64, error) { f(b); return 0, 0, nil }
 
-// fastReply writes the 13-byte reply to a 12-byte MBAP read of 2
-// registers: (addr+1, addr+2).
-func fastReply(req, out []byte) {
-	copy(out, req[:4])
-	binary.BigEndian.PutUint16(out[4:], 7)
-	out[6], out[7], out[8] = req[6], req[7], 4
-	a := binary.BigEndian.Uint16(req[8:])
-	binary.BigEndian.PutUint16(out[9:], a+1)
-	binary.BigEndian.PutUint16(out[11:], a+2)
-}
-
-// fastUDPLogger answers every read of 2 registers from fixed buffers: it
-// allocates nothing per request, so allocation counts are the gateway's.
-func fastUDPLogger(t *testing.T, ip string) string {
-	t.Helper()
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var in [512]byte
-		var out [13]byte
-		for {
-			n, src, err := conn.ReadFromUDPAddrPort(in[:])
-			if err != nil {
-				return
-			}
-			if n == 12 {
-				fastReply(in[:12], out[:])
-				_, _ = conn.WriteToUDPAddrPort(out[:], src)
-			}
-		}
-	}()
-	t.Cleanup(func() { conn.Close(); testenv.Wait(t, stopLimit, "the fast udp logger to stop", wg.Wait) })
-	return conn.LocalAddr().String()
-}
-
-// fastTCPLogger is fastUDPLogger over TCP, one connection at a time.
-func fastTCPLogger(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			var in [12]byte
-			var out [13]byte
-			for {
-				if _, err := io.ReadFull(c, in[:]); err != nil {
-					break
-				}
-				fastReply(in[:], out[:])
-				if _, err := c.Write(out[:]); err != nil {
-					break
-				}
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		testenv.Wait(t, stopLimit, "the fast tcp logger to stop", wg.Wait)
-	})
-	return ln.Addr().String()
-}
-
 // A poll of a 2-register read — encode, send, receive, match, decode,
 // append to the ring — allocates nothing in steady state: over TCP (the
 // bus goroutine's poll, through Do) and over UDP (a round of 8 devices,
@@ -295,12 +166,12 @@ func TestZeroAllocsPerPoll(t *testing.T) {
 	ring := newRing(t, 1000)
 	var devs []DeviceConfig
 	for i := range 8 {
-		devs = append(devs, devCfg(fmt.Sprintf("u%d", i), TransportUDP, fastUDPLogger(t, fmt.Sprintf("127.0.1.%d", i+1)), time.Second, time.Second, thTags()))
+		devs = append(devs, devCfg(fmt.Sprintf("u%d", i), TransportUDP, testenv.FastModbusUDP(t, fmt.Sprintf("127.0.1.%d", i+1)), time.Second, time.Second, thTags()))
 	}
 	// The TCP device has a tag at two intervals, over both registers: every
 	// other poll decodes it too (the same read: the logger answers 0+2 only).
 	rated := append(thTags(), Tag{Name: "raw", Register: Holding, Address: 0, Type: Uint32, Interval: 2 * time.Second})
-	devs = append(devs, devCfg("t", TransportTCP, fastTCPLogger(t), time.Second, time.Second, rated))
+	devs = append(devs, devCfg("t", TransportTCP, testenv.FastModbusTCP(t), time.Second, time.Second, rated))
 	s, err := New(Config{Sink: ring, Devices: devs, UDPListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)

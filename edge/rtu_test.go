@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -20,14 +19,7 @@ import (
 // stall longer than a second, which is counted apart.)
 func TestRTUBusDeadUnitDoesNotStopOthers(t *testing.T) {
 	a, b := testenv.PTYPair(t)
-	bus, err := sim.NewRTUBus(sim.RTUConfig{Path: b, Baud: 19200, Units: []uint8{1, 2, 3}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- bus.Run(ctx) }()
-	t.Cleanup(func() { cancel(); testenv.Closed(t, done, stopLimit, "the rtu simulator to stop") })
+	bus := startRTUBus(t, sim.RTUConfig{Path: b, Baud: 19200, Units: []uint8{1, 2, 3}})
 	bus.Logger(3).Stop() // unit 3 is dead
 
 	var devs []DeviceConfig

@@ -356,19 +356,7 @@ func TestWriteDeviceError(t *testing.T) {
 // polls by the bus goroutine).
 func TestWriteSerializedWithPollingOnRTU(t *testing.T) {
 	ptyA, ptyB := testenv.PTYPair(t)
-	bus, err := sim.NewRTUBus(sim.RTUConfig{Path: ptyB, Baud: 115200, Units: []uint8{1, 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, bcancel := context.WithCancel(context.Background())
-	bdone := make(chan error, 1)
-	go func() { bdone <- bus.Run(bctx) }()
-	t.Cleanup(func() {
-		bcancel()
-		if err := testenv.Recv(t, bdone, stopLimit, "the rtu simulator to stop"); err != nil {
-			t.Errorf("rtu bus: %v", err)
-		}
-	})
+	bus := startRTUBus(t, sim.RTUConfig{Path: ptyB, Baud: 115200, Units: []uint8{1, 2}})
 	tags := []Tag{
 		{Name: "a", Register: Holding, Address: 0, Type: Uint16, Writable: true},
 		{Name: "b", Register: Holding, Address: 2, Type: Float32, Writable: true},

@@ -24,7 +24,7 @@ func TestHelperUDPDevices(t *testing.T) {
 		t.Skip("only run by the benchmarks")
 	}
 	for i := range n {
-		fmt.Println(fastUDPDevice(t, fmt.Sprintf("127.0.1.%d", i+1)))
+		fmt.Println(testenv.FastModbusUDP(t, fmt.Sprintf("127.0.1.%d", i+1)))
 	}
 	fmt.Println("ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
@@ -169,12 +169,12 @@ func BenchmarkUDPFleet48(b *testing.B) {
 // path (goburrow's client on our transports) and through Request/Do.
 func BenchmarkRead2(b *testing.B) {
 	s := startSocket(b)
-	uc, err := s.Device(fastUDPDevice(b, "127.0.0.1"), 1, time.Second)
+	uc, err := s.Device(testenv.FastModbusUDP(b, "127.0.0.1"), 1, time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer uc.Close()
-	tc := NewTCP(TCPConfig{Address: fastTCPDevice(b), Unit: 1})
+	tc := NewTCP(TCPConfig{Address: testenv.FastModbusTCP(b), Unit: 1})
 	defer tc.Close()
 	for _, c := range []struct {
 		name string

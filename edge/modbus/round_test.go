@@ -1,7 +1,6 @@
 package modbus
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -25,35 +24,15 @@ func startSocketCfg(t testing.TB, noBatch bool) *UDPSocket {
 	if want := batchSupported && !noBatch; s.batch.Load() != want {
 		t.Fatalf("batch %v, want %v", s.batch.Load(), want)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := testenv.Recv(t, done, stopLimit, "the udp socket's Run to return"); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		s.Close()
-	})
+	t.Cleanup(func() { s.Close() }) // after Run has returned (cleanups run last first)
+	testenv.RunUntilEnd(t, stopLimit, "the udp socket's Run", s.Run)
 	return s
 }
 
 func startSimFleet(t testing.TB, cfg sim.Config) *sim.Fleet {
 	t.Helper()
 	f, err := sim.NewFleet(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := testenv.Recv(t, done, stopLimit, "the simulated fleet to stop"); err != nil {
-			t.Errorf("fleet: %v", err)
-		}
-	})
-	return f
+	return testenv.Running(t, stopLimit, "the simulated fleet", f, err)
 }
 
 // roundResult is what one path (batched or not) saw over a run of rounds.
@@ -294,7 +273,7 @@ func TestRoundPerRequestDeadlines(t *testing.T) {
 	for _, noBatch := range []bool{false, true} {
 		t.Run(fmt.Sprintf("nobatch=%v", noBatch), func(t *testing.T) {
 			s := startSocketCfg(t, noBatch)
-			fast, err := s.Device(fastUDPDevice(t, "127.0.1.1"), 1, time.Second)
+			fast, err := s.Device(testenv.FastModbusUDP(t, "127.0.1.1"), 1, time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -60,15 +60,10 @@ func (r *udpResponder) later(d time.Duration, dst netip.AddrPort, b []byte) {
 	}()
 }
 
+// startSocket runs a UDP socket on 127.0.0.1:0 until the test ends.
 func startSocket(t testing.TB) *UDPSocket {
 	t.Helper()
-	s, err := NewUDPSocket(UDPConfig{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() }) // after Run has returned (cleanups run last first)
-	testenv.RunUntilEnd(t, stopLimit, "the udp socket's Run", s.Run)
-	return s
+	return startSocketCfg(t, false)
 }
 
 func TestUDPSpecAndBuffers(t *testing.T) {
