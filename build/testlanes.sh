@@ -33,7 +33,7 @@ GO=${GO:-go}
 MAKE=${MAKE:-make}
 TESTFLAGS=${TESTFLAGS:--race -p 1 -timeout 15m}
 SCHED_PKGS=${SCHED_PKGS:-edgegw/e2e edgegw/edge/... edgegw/web/...}
-E2E_B=${E2E_B:-'^(TestCheck.*|TestReadCommandByteOrders|TestScan.*|TestVersion|TestBasicAuthFromConfig|TestFaultFreshInstallStarts|TestFaultCheckAndRunAgreeOnMissingFile|TestPowerLossIsReported|TestEpoch.*|TestSparkplug.*|TestDemoSparkplug|TestWireBytesReportByException|TestUplinkBytes|TestMQTTBrokerClusterFailover|TestWebSocketURLsFailoverE2E|TestHostileReceiver.*|TestAcceptErrorsLoggedE2E)$'}
+E2E_B=${E2E_B:-'^(TestCheck.*|TestReadCommandByteOrders|TestScan.*|TestVersion|TestBasicAuthFromConfig|TestFaultFreshInstallStarts|TestFaultCheckAndRunAgreeOnMissingFile|TestPowerLossIsReported|TestSharedSpool.*|TestEpoch.*|TestSparkplug.*|TestDemoSparkplug|TestWireBytesReportByException|TestUplinkBytes|TestMQTTBrokerClusterFailover|TestWebSocketURLsFailoverE2E|TestHostileReceiver.*|TestAcceptErrorsLoggedE2E)$'}
 QUEUE_LANES=${QUEUE_LANES:-2}
 rm -rf "$logdir" && mkdir -p "$logdir"
 

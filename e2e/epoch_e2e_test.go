@@ -105,8 +105,13 @@ func (p *logged) term(limit time.Duration) {
 
 // recvLine is one line of `edgegw receive` output.
 type recvLine struct {
-	Epoch string `json:"epoch"`
-	Seq   uint64 `json:"seq"`
+	Epoch   string          `json:"epoch"`
+	Seq     uint64          `json:"seq"`
+	Device  string          `json:"device"`
+	Tag     string          `json:"tag"`
+	Value   json.RawMessage `json:"value"` // null when quality is not good
+	Quality string          `json:"quality"`
+	TS      int64           `json:"ts"` // Unix µs
 }
 
 // received reads the receiver's output: the lines, in order.
@@ -177,10 +182,16 @@ type epochRig struct {
 	recvAddr string
 	recvOut  string
 	recv     *logged
+	profile  string // the [[profile]] "th" of config ("" = temperature and humidity)
 }
 
 func newEpochRig(t *testing.T, devices int) *epochRig {
-	r := &epochRig{t: t, dir: t.TempDir(), fleet: runFleet(t, sim.Config{Devices: devices, Transport: "udp"})}
+	return newEpochRigFleet(t, sim.Config{Devices: devices, Transport: "udp"})
+}
+
+// newEpochRigFleet is newEpochRig with the simulated loggers of fc (UDP).
+func newEpochRigFleet(t *testing.T, fc sim.Config) *epochRig {
+	r := &epochRig{t: t, dir: t.TempDir(), fleet: runFleet(t, fc)}
 	r.recvAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	r.recvOut = filepath.Join(r.dir, "received.jsonl")
 	return r
@@ -202,7 +213,11 @@ func (r *epochRig) config(name, dataDir, extra string) string {
 	fmt.Fprintf(&b, "[http]\nlisten = \"127.0.0.1:0\"\n[poll]\nudp_listen = \"127.0.0.1:0\"\n")
 	fmt.Fprintf(&b, "[upstream.websocket]\nurl = \"ws://%s/ingest\"\nbatch_wait = \"50ms\"\n", r.recvAddr)
 	b.WriteString(extra)
-	b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
+	if r.profile != "" {
+		b.WriteString(r.profile)
+	} else {
+		b.WriteString("[[profile]]\nname = \"th\"\ntags = [ { name = \"temperature\", address = 0, type = \"int16\", scale = 0.1 }, { name = \"humidity\", address = 1, scale = 0.1 } ]\n")
+	}
 	for i := 0; i < r.fleet.Len(); i++ {
 		fmt.Fprintf(&b, "[[device]]\nname = \"logger-%02d\"\ntransport = \"udp\"\naddress = %q\nprofile = \"th\"\ninterval = \"50ms\"\ntimeout = \"40ms\"\n", i+1, r.fleet.Addr(i))
 	}
