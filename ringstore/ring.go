@@ -3,9 +3,11 @@ package ringstore
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // DefaultRingSize is the ring's capacity in samples when the config names none.
@@ -36,6 +38,30 @@ type Result struct {
 	Wait <-chan struct{}
 }
 
+// slot is one sample as the ring keeps it: 24 bytes on every target and no
+// pointers, so the garbage collector never scans the ring (a Sample is 80
+// bytes on 64-bit targets, with three pointers). What a Sample has beside
+// is found elsewhere: its Seq from the slot's position (the ring's samples
+// are consecutive), its Device and Tag from the tag's entry in latest (tag
+// is that index, stable: latest only grows), its Epoch from epochs, and a
+// string tag's Text from texts.
+type slot struct {
+	ts      int64
+	value   float64
+	tag     uint32
+	bool    bool
+	quality Quality
+	kind    Kind
+}
+
+// SlotBytes is what one sample costs in the ring (its capacity is
+// SlotBytes × Cap bytes, whatever the names' lengths).
+const SlotBytes = int(unsafe.Sizeof(slot{}))
+
+// epochFrom says that the ring's samples from seq first on were numbered in
+// epoch (until the next entry's first).
+type epochFrom struct{ first, epoch uint64 }
+
 // Ring keeps the last N samples and the latest sample of every tag.
 // Safe for concurrent use: Append from any number of pollers, readers anywhere.
 type Ring struct {
@@ -43,10 +69,12 @@ type Ring struct {
 	consumers []Consumer // see every appended batch (Consume): HandOff under the lock, After after it
 
 	mu      sync.Mutex
-	buf     []Sample // circular, len == capacity once full
-	start   int      // index of the oldest sample when full
-	last    uint64   // seq of the newest sample in buf
-	epoch   uint64   // epoch of last
+	buf     []slot          // circular, len == capacity once full
+	start   int             // index of the oldest sample when full
+	last    uint64          // seq of the newest sample in buf
+	epoch   uint64          // epoch of last
+	epochs  []epochFrom     // the epochs of the samples in buf, oldest first (one unless the sequence changed epoch)
+	texts   map[int]*string // a string tag's Text, by position in buf
 	wake    chan struct{}
 	handed  bool        // wake was handed out by Since: the next append closes it and makes another
 	latest  []Sample    // latest sample per tag, in first-seen order
@@ -66,7 +94,8 @@ func NewRing(size int, seq *Sequence) *Ring {
 	}
 	r := &Ring{
 		seq:   seq,
-		buf:   make([]Sample, 0, size),
+		buf:   make([]slot, 0, size),
+		texts: make(map[int]*string),
 		wake:  make(chan struct{}),
 		index: make(map[key]int),
 		last:  seq.Last(),
@@ -129,17 +158,20 @@ func (r *Ring) append(batch []Sample) (first, last uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	first, epoch := r.seq.ReserveEpoch(len(batch))
+	r.noteEpoch(first, epoch)
 	for i := range batch {
 		batch[i].Seq = first + uint64(i)
 		batch[i].Epoch = epoch
-		r.push(batch[i])
 		k := key{batch[i].Device, batch[i].Tag}
-		if j, ok := r.index[k]; ok {
+		j, ok := r.index[k]
+		if ok {
 			r.latest[j] = batch[i]
 		} else {
-			r.index[k] = len(r.latest)
+			j = len(r.latest)
+			r.index[k] = j
 			r.latest = append(r.latest, batch[i])
 		}
+		r.push(&batch[i], j)
 	}
 	last = first + uint64(len(batch)) - 1
 	r.last, r.epoch = last, epoch
@@ -158,13 +190,44 @@ func (r *Ring) append(batch []Sample) (first, last uint64) {
 	return first, last
 }
 
-func (r *Ring) push(s Sample) {
-	if len(r.buf) < cap(r.buf) {
-		r.buf = append(r.buf, s)
+// noteEpoch records that the batch from seq first on is numbered in epoch,
+// and forgets the epochs of samples that have left the ring.
+func (r *Ring) noteEpoch(first, epoch uint64) {
+	if n := len(r.epochs); n == 0 || r.epochs[n-1].epoch != epoch {
+		r.epochs = append(r.epochs, epochFrom{first: first, epoch: epoch})
+	}
+	if len(r.epochs) == 1 {
 		return
 	}
-	r.buf[r.start] = s
-	r.start = (r.start + 1) % len(r.buf)
+	// The oldest sample once this batch is in: the ring holds cap samples
+	// ending at the batch's last (its first is at least first-cap+1).
+	oldest := first - uint64(min(uint64(cap(r.buf)), first)) + 1
+	k := 0
+	for k+1 < len(r.epochs) && r.epochs[k+1].first <= oldest {
+		k++
+	}
+	if k > 0 {
+		r.epochs = append(r.epochs[:0], r.epochs[k:]...)
+	}
+}
+
+// push stores s, the latest entry j, in the next slot.
+func (r *Ring) push(s *Sample, j int) {
+	sl := slot{ts: s.TS, value: s.Value, tag: uint32(j), bool: s.Bool, quality: s.Quality, kind: s.Kind}
+	p := len(r.buf)
+	if p < cap(r.buf) {
+		r.buf = append(r.buf, sl)
+	} else {
+		p = r.start
+		if r.buf[p].kind == KindString {
+			delete(r.texts, p)
+		}
+		r.buf[p] = sl
+		r.start = (r.start + 1) % len(r.buf)
+	}
+	if s.Kind == KindString && s.Text != nil {
+		r.texts[p] = s.Text
+	}
 }
 
 // Epoch is the epoch of Seq.
@@ -222,8 +285,36 @@ func (r *Ring) SinceN(after uint64, n int, dst []Sample) Result {
 	if n > 0 && skip+n < end {
 		end = skip + n
 	}
-	for i := skip; i < end; i++ {
-		res.Samples = append(res.Samples, r.buf[(r.start+i)%size])
+	// Each slot is expanded in place into the caller's buffer: its Seq from
+	// its position, its names from latest, its epoch from epochs.
+	n0 := len(res.Samples)
+	res.Samples = slices.Grow(res.Samples, end-skip)[:n0+end-skip]
+	out := res.Samples[n0:]
+	e := 0
+	p := r.start + skip
+	if p >= size {
+		p -= size
+	}
+	for i := range out {
+		seq := oldest + uint64(skip+i)
+		for e+1 < len(r.epochs) && r.epochs[e+1].first <= seq {
+			e++
+		}
+		sl := &r.buf[p]
+		l := &r.latest[sl.tag]
+		// Field by field: a Sample literal stored through d is built aside
+		// and copied, at 3 times the cost.
+		d := &out[i]
+		d.Seq, d.Epoch, d.TS, d.Value = seq, r.epochs[e].epoch, sl.ts, sl.value
+		d.Device, d.Tag = l.Device, l.Tag
+		d.Bool, d.Quality, d.Kind = sl.bool, sl.quality, sl.kind
+		d.Text = nil
+		if sl.kind == KindString {
+			d.Text = r.texts[p]
+		}
+		if p++; p == size {
+			p = 0
+		}
 	}
 	return res
 }

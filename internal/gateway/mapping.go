@@ -6,7 +6,6 @@ import (
 	"math"
 	"path/filepath"
 	"time"
-	"unsafe"
 
 	"edgegw/conf"
 	"edgegw/edge"
@@ -94,9 +93,9 @@ func edgeTag(t conf.Tag) (edge.Tag, error) {
 // ringstore.DefaultRingSize, never more than [ring] max_bytes of samples.
 const resumeWindow = 60 * time.Second
 
-// ringSampleBytes is one ring slot (ringstore.Sample: 80 bytes on 64-bit
-// targets, 56 on armv7); names share the config's strings.
-var ringSampleBytes = int(unsafe.Sizeof(ringstore.Sample{}))
+// ringSampleBytes is one ring slot (24 bytes on every target: the names are
+// the tag's index, see ringstore.SlotBytes).
+const ringSampleBytes = ringstore.SlotBytes
 
 // samplesPerSecond is the configured rate: every device's tags per interval.
 func samplesPerSecond(c *conf.Config) float64 {

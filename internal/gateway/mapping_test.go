@@ -48,9 +48,13 @@ func TestRingSizeByRate(t *testing.T) {
 		t.Logf("%s: %d samples (%d bytes), resume window %.1f s", c.name, n, n*ringSampleBytes, w.Seconds())
 	}
 	big := mk(1000, 100*time.Millisecond, 0)
-	big.Ring.MaxBytes = 32 << 20
-	if n, w := ringSize(big); n != 32<<20/ringSampleBytes || w.Seconds() < float64(n)/20000-0.01 || w.Seconds() > float64(n)/20000+0.01 {
-		t.Errorf("1000 loggers × 2 tags at 100 ms, max_bytes 32 MiB: %d samples, %v; want %d", n, w, 32<<20/ringSampleBytes)
+	big.Ring.MaxBytes = 16 << 20
+	if n, w := ringSize(big); n != 16<<20/ringSampleBytes || w.Seconds() < float64(n)/20000-0.01 || w.Seconds() > float64(n)/20000+0.01 {
+		t.Errorf("1000 loggers × 2 tags at 100 ms, max_bytes 16 MiB: %d samples, %v; want %d", n, w, 16<<20/ringSampleBytes)
+	}
+	big.Ring.MaxBytes = 32 << 20 // 60 s of 20,000 samples a second fit
+	if n, w := ringSize(big); n != 1_200_000 || w != time.Minute {
+		t.Errorf("1000 loggers × 2 tags at 100 ms, max_bytes 32 MiB: %d samples, %v; want 1200000, 60 s", n, w)
 	}
 	c, err := conf.Parse("t.toml", []byte("[ring]\nmax_bytes = \"32MiB\"\n"))
 	if err != nil || c.Ring.MaxBytes != 32<<20 {
