@@ -1,7 +1,13 @@
 // Package pgtest starts a real PostgreSQL server (Debian's postgresql-15)
 // for one test: initdb into a temporary directory as the postgres system
-// user (initdb refuses root), pg_ctl on a free loopback port with the unix
-// socket in that directory, stopped in t.Cleanup.
+// user (initdb refuses root), pg_ctl listening on a unix socket in that
+// directory only, stopped in t.Cleanup.
+//
+// No TCP port: a test that stops the server and starts it again (a database
+// outage) would have to get its port back, and while it is down any other
+// test's connection may take that number as its local port (seen under a
+// loaded make test: "could not bind IPv4 address "127.0.0.1": Address already
+// in use"). The socket's path is the test's own.
 //
 // It is imported by _test.go files only and never by a binary. Under CI
 // (CI set, not false) a missing PostgreSQL fails the test; elsewhere it
@@ -14,6 +20,7 @@ package pgtest
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -29,7 +36,7 @@ var BinDir = "/usr/lib/postgresql/15/bin"
 
 // Server is one PostgreSQL cluster of a test.
 type Server struct {
-	Port    int
+	Port    int    // the number in the socket's name (.s.PGSQL.PORT): no TCP port is listened on
 	Dir     string // the cluster's data directory
 	sockDir string
 	logFile string
@@ -38,9 +45,10 @@ type Server struct {
 }
 
 // URL is the connection URL of the database postgres as user postgres
-// over TCP on 127.0.0.1 (trust authentication).
+// over the cluster's unix socket (trust authentication), as libpq and pgx
+// read it: the socket's directory in host, its number in port.
 func (s *Server) URL() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
+	return fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d&sslmode=disable", url.QueryEscape(s.sockDir), s.Port)
 }
 
 // Start initialises a cluster and starts it; it is stopped (immediate mode)
@@ -101,6 +109,8 @@ func need(t testing.TB, tool string) {
 	t.Skipf("pgtest: %s missing (apt-get install postgresql)", tool)
 }
 
+// freePort is a number for the socket's name, free as a TCP port too so that
+// two clusters of one test never share a name.
 func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -123,7 +133,7 @@ func (s *Server) cmd(prog string, args ...string) *exec.Cmd {
 // synchronous_commit stays on: a commit is in the WAL before it returns, so
 // that pg_ctl stop -m immediate loses nothing that was committed.
 func (s *Server) startErr() error {
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off -c full_page_writes=off -c max_connections=200", s.Port, s.sockDir)
+	opts := fmt.Sprintf("-c listen_addresses='' -p %d -k %s -c fsync=off -c full_page_writes=off -c max_connections=200", s.Port, s.sockDir)
 	out, err := s.cmd(filepath.Join(BinDir, "pg_ctl"), "start", "-w", "-t", "60", "-D", s.Dir, "-l", s.logFile, "-o", opts).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("pg_ctl start: %v: %s", err, strings.TrimSpace(string(out)))
@@ -150,7 +160,7 @@ func (s *Server) stop(mode string) error {
 	return nil
 }
 
-// Restart starts a stopped server again on the same port.
+// Restart starts a stopped server again on the same socket.
 func (s *Server) Restart() {
 	s.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -162,7 +172,7 @@ func (s *Server) Restart() {
 		if time.Now().After(deadline) {
 			s.t.Fatalf("pgtest: restart: %v\n%s", err, s.Log())
 		}
-		time.Sleep(200 * time.Millisecond) // the port may linger a moment after an immediate stop; a retry interval
+		time.Sleep(200 * time.Millisecond) // a retry interval: the old postmaster may still be going after an immediate stop
 	}
 }
 
