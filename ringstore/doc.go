@@ -1,7 +1,8 @@
 // Package ringstore owns the Sample type and its JSON encoding, the global
 // sequence with its epochs (and the Skip a restart leaves in it), and the
 // in-memory ring of recent samples (in 24-byte slots without pointers, read
-// back as Samples) with its latest-value snapshot and wake-ups. The durable queue that upstream pushes from is package spool.
+// back as Samples) with its latest-value snapshot and wake-ups. The durable
+// queue that upstream pushes from is package spool.
 //
 // It never polls devices, serves clients, talks to the network or keeps
 // samples on disk (only the sequence's high-water mark); it imports no

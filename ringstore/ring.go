@@ -158,7 +158,7 @@ func (r *Ring) append(batch []Sample) (first, last uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	first, epoch := r.seq.ReserveEpoch(len(batch))
-	r.noteEpoch(first, epoch)
+	r.noteEpoch(first, first+uint64(len(batch))-1, epoch)
 	for i := range batch {
 		batch[i].Seq = first + uint64(i)
 		batch[i].Epoch = epoch
@@ -190,18 +190,18 @@ func (r *Ring) append(batch []Sample) (first, last uint64) {
 	return first, last
 }
 
-// noteEpoch records that the batch from seq first on is numbered in epoch,
-// and forgets the epochs of samples that have left the ring.
-func (r *Ring) noteEpoch(first, epoch uint64) {
+// noteEpoch records that the batch first..last is numbered in epoch, and
+// forgets the epochs of samples that leave the ring with it.
+func (r *Ring) noteEpoch(first, last, epoch uint64) {
 	if n := len(r.epochs); n == 0 || r.epochs[n-1].epoch != epoch {
 		r.epochs = append(r.epochs, epochFrom{first: first, epoch: epoch})
 	}
 	if len(r.epochs) == 1 {
 		return
 	}
-	// The oldest sample once this batch is in: the ring holds cap samples
-	// ending at the batch's last (its first is at least first-cap+1).
-	oldest := first - uint64(min(uint64(cap(r.buf)), first)) + 1
+	// No sample older than this one is left once the batch is in (the ring
+	// holds at most cap samples ending at last).
+	oldest := last - min(uint64(cap(r.buf)), last) + 1
 	k := 0
 	for k+1 < len(r.epochs) && r.epochs[k+1].first <= oldest {
 		k++
