@@ -93,10 +93,6 @@ func edgeTag(t conf.Tag) (edge.Tag, error) {
 // ringstore.DefaultRingSize, never more than [ring] max_bytes of samples.
 const resumeWindow = 60 * time.Second
 
-// ringSampleBytes is one ring slot (24 bytes on every target: the names are
-// the tag's index, see ringstore.SlotBytes).
-const ringSampleBytes = ringstore.SlotBytes
-
 // samplesPerSecond is the configured rate: every device's tags per interval.
 func samplesPerSecond(c *conf.Config) float64 {
 	var r float64
@@ -119,7 +115,7 @@ func ringSize(c *conf.Config) (int, time.Duration) {
 		if maxBytes <= 0 { // a Config not from conf.Parse
 			maxBytes = conf.DefaultRingMax
 		}
-		n = min(max(n, ringstore.DefaultRingSize), int(maxBytes)/ringSampleBytes)
+		n = min(max(n, ringstore.DefaultRingSize), int(maxBytes)/ringstore.SlotBytes)
 	}
 	if rate == 0 {
 		return n, 0

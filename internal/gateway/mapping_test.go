@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"edgegw/conf"
+	"edgegw/ringstore"
 	"edgegw/web"
 )
 
@@ -28,7 +29,7 @@ func TestRingSizeByRate(t *testing.T) {
 		}
 		return c
 	}
-	capN := conf.DefaultRingMax / ringSampleBytes
+	capN := conf.DefaultRingMax / ringstore.SlotBytes
 	for _, c := range []struct {
 		name     string
 		cfg      *conf.Config
@@ -45,12 +46,12 @@ func TestRingSizeByRate(t *testing.T) {
 		if n != c.size || (c.approxWS && (w.Seconds() < c.windowS-0.01 || w.Seconds() > c.windowS+0.01)) || (!c.approxWS && w.Seconds() != c.windowS) {
 			t.Errorf("%s: %d samples, %v; want %d, %.2f s", c.name, n, w, c.size, c.windowS)
 		}
-		t.Logf("%s: %d samples (%d bytes), resume window %.1f s", c.name, n, n*ringSampleBytes, w.Seconds())
+		t.Logf("%s: %d samples (%d bytes), resume window %.1f s", c.name, n, n*ringstore.SlotBytes, w.Seconds())
 	}
 	big := mk(1000, 100*time.Millisecond, 0)
 	big.Ring.MaxBytes = 16 << 20
-	if n, w := ringSize(big); n != 16<<20/ringSampleBytes || w.Seconds() < float64(n)/20000-0.01 || w.Seconds() > float64(n)/20000+0.01 {
-		t.Errorf("1000 loggers × 2 tags at 100 ms, max_bytes 16 MiB: %d samples, %v; want %d", n, w, 16<<20/ringSampleBytes)
+	if n, w := ringSize(big); n != 16<<20/ringstore.SlotBytes || w.Seconds() < float64(n)/20000-0.01 || w.Seconds() > float64(n)/20000+0.01 {
+		t.Errorf("1000 loggers × 2 tags at 100 ms, max_bytes 16 MiB: %d samples, %v; want %d", n, w, 16<<20/ringstore.SlotBytes)
 	}
 	big.Ring.MaxBytes = 32 << 20 // 60 s of 20,000 samples a second fit
 	if n, w := ringSize(big); n != 1_200_000 || w != time.Minute {
