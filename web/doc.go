@@ -22,10 +22,12 @@
 // a slow WebSocket client is dropped, never waited for.
 //
 // Concurrency: New starts nothing; Serve owns every goroutine (the HTTP
-// server, the one hub goroutine that waits on the ring and encodes each batch
-// once, and per WebSocket connection one writer and one reader, started by
-// the handler, which returns after the handshake) and returns after all of
-// them exited. A waiting long poll holds no reply buffer. Only a connection's writer writes data frames;
+// server and its listener's accept loop, the one hub goroutine that waits on
+// the ring and encodes each batch once, the parker that holds every waiting
+// long poll, and per WebSocket connection one writer and one reader, started
+// by the handler, which returns after the handshake) and returns after all of
+// them exited. A waiting long poll holds no goroutine and no buffer: its
+// connection is parked (park.go) and given back to net/http once answered. Only a connection's writer writes data frames;
 // close frames go through WriteControl, which gorilla allows concurrently.
 // /healthz's hold (the state it answers with, storage.go) is one
 // mutex-guarded record updated at each request.

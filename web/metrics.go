@@ -232,6 +232,8 @@ func (s *Server) appendMetrics(b []byte, now time.Time) []byte {
 	p.single("edgegw_web_connections", "gauge", "TCP connections open now.", float64(st.ConnsOpen))
 	p.single("edgegw_web_connections_refused_total", "counter", "Connections closed at accept beyond max_conns.", float64(st.ConnsRefused))
 	p.single("edgegw_web_accept_errors_total", "counter", "Accept failures (out of file descriptors): connections left waiting in the backlog.", float64(st.AcceptErrors))
+	p.single("edgegw_web_long_polls_gone_total", "counter", "Waiting long polls closed by their client (found by the parker's sweep) or whose reply could not be written.", float64(st.LongPollsGone))
+	p.single("edgegw_web_long_polls_not_kept_total", "counter", "Answered long polls whose connection was closed, not kept alive: too many answered connections waited for the server.", float64(st.LongPollsNotKept))
 	p.family("edgegw_web_writes_total", "counter", "POST /api/write by outcome: ok, failed (device or check), refused (before the writer).")
 	p.sample("edgegw_web_writes_total", float64(st.WritesOK), "result", "ok")
 	p.sample("edgegw_web_writes_total", float64(st.WritesFailed), "result", "failed")

@@ -101,7 +101,12 @@ func (s *Server) handleLong(w http.ResponseWriter, r *http.Request) {
 	if !s.acquire(w, mLong) {
 		return
 	}
-	defer s.release(mLong)
+	parked := false
+	defer func() {
+		if !parked {
+			s.release(mLong)
+		}
+	}()
 	// A waiting client holds no buffer: the reply's is taken from the pool
 	// once there is something to write.
 	var bp *[]byte
@@ -114,9 +119,19 @@ func (s *Server) handleLong(w http.ResponseWriter, r *http.Request) {
 	// A reply with the full snapshot costs what a short poll costs: a token
 	// of the client's poll bucket (a 429 otherwise, nothing encoded).
 	snapshotOK := func() bool { return s.admit(w, r, classPoll) }
-	body, ok := s.longPollAdmit(r.Context(), after, buf, snapshotOK)
+	body, _, ok := s.pollNow(after, false, buf, snapshotOK)
 	if !ok {
-		return // the client went away, or was refused the snapshot
+		return // refused the snapshot
+	}
+	if body == nil {
+		// Nothing newer yet: the parker waits for it without this goroutine
+		// (park.go), else this handler does.
+		if parked = s.park(w, r, after); parked {
+			return
+		}
+		if body, ok = s.longPollAdmit(r.Context(), after, buf, snapshotOK); !ok {
+			return // the client went away
+		}
 	}
 	*bp = body
 	writeJSON(w, http.StatusOK, body)
@@ -140,30 +155,17 @@ func (s *Server) longPollAdmit(ctx context.Context, after uint64, buf func() []b
 		final   bool // timed out or shutting down: answer with whatever is there now
 	)
 	for {
-		sp := samplesPool.Get().(*[]ringstore.Sample)
-		res := s.cfg.Ring.Since(after, (*sp)[:0])
-		switch {
-		case res.Reset:
-			putSampleBuf(sp)
-			if snapshotOK != nil && !snapshotOK() {
-				return nil, false
-			}
-			snap := s.cfg.Ring.Snapshot()
-			return append(wire.AppendLongPoll(buf(), snap.Seq, snap.Epoch, true, snap.Latest), '\n'), true
-		case len(res.Samples) > 0 || final:
-			dst := append(wire.AppendLongPoll(buf(), res.Seq, res.Epoch, false, res.Samples), '\n')
-			*sp = res.Samples[:0]
-			putSampleBuf(sp)
-			return dst, true
+		body, wait, ok := s.pollNow(after, final, buf, snapshotOK)
+		if body != nil || !ok {
+			return body, ok
 		}
-		putSampleBuf(sp)
 		if timeout == nil {
 			t := time.NewTimer(s.cfg.LongPollTimeout)
 			defer t.Stop()
 			timeout = t.C
 		}
 		select {
-		case <-res.Wait:
+		case <-wait:
 		case <-timeout:
 			final = true
 		case <-s.shutdown:
@@ -172,4 +174,30 @@ func (s *Server) longPollAdmit(ctx context.Context, after uint64, buf func() []b
 			return nil, false
 		}
 	}
+}
+
+// pollNow is one look at the ring for a long poll after `after`: the reply
+// (appended to buf()) when there are samples newer than after, a reset (the
+// snapshot, once snapshotOK agrees; nil: always), or final; nil when there
+// is nothing to answer yet. wait is closed by the ring's first append after
+// the look. ok false: snapshotOK refused (body nil, buf not called).
+func (s *Server) pollNow(after uint64, final bool, buf func() []byte, snapshotOK func() bool) (body []byte, wait <-chan struct{}, ok bool) {
+	sp := samplesPool.Get().(*[]ringstore.Sample)
+	res := s.cfg.Ring.Since(after, (*sp)[:0])
+	switch {
+	case res.Reset:
+		putSampleBuf(sp)
+		if snapshotOK != nil && !snapshotOK() {
+			return nil, res.Wait, false
+		}
+		snap := s.cfg.Ring.Snapshot()
+		return append(wire.AppendLongPoll(buf(), snap.Seq, snap.Epoch, true, snap.Latest), '\n'), res.Wait, true
+	case len(res.Samples) > 0 || final:
+		body = append(wire.AppendLongPoll(buf(), res.Seq, res.Epoch, false, res.Samples), '\n')
+		*sp = res.Samples[:0]
+		putSampleBuf(sp)
+		return body, res.Wait, true
+	}
+	putSampleBuf(sp)
+	return nil, res.Wait, true
 }

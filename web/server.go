@@ -236,6 +236,8 @@ type ClientStats struct {
 	ConnsOpen                             int64  // TCP connections open now
 	ConnsRefused                          uint64 // connections closed at accept beyond MaxConns
 	AcceptErrors                          uint64 // Accept failures (out of file descriptors): clients left waiting
+	LongPollsGone                         uint64 // waiting long polls (parked) whose client had closed, or whose reply could not be written
+	LongPollsNotKept                      uint64 // answered parked long polls closed, not kept alive: reentryQueue connections waited for net/http already
 	WSBadMessages                         uint64 // WebSocket clients closed for a malformed or oversized message
 	WritesOK, WritesFailed, WritesRefused uint64 // POST /api/write: confirmed; failed in the writer; refused before it (400/403/413/415)
 }
@@ -287,7 +289,8 @@ type Server struct {
 	short   atomic.Pointer[encodedSnapshot] // shortPolling body cache, keyed by *Snapshot
 	shortMu sync.Mutex                      // serialises re-encoding on a cache miss (no I/O under it)
 
-	hub hub
+	hub     hub
+	parking parking // waiting long polls, without their goroutines (park.go)
 
 	shutdown     chan struct{} // closed when Serve's ctx is done: long polls return, ws clients close
 	shutdownOnce sync.Once
@@ -331,6 +334,7 @@ func New(cfg Config) *Server {
 		s.origins[strings.ToLower(strings.TrimRight(o, "/"))] = true
 	}
 	s.hub.clients = make(map[*wsClient]struct{})
+	s.parking.kick = make(chan struct{}, 1)
 	s.up = websocket.Upgrader{
 		HandshakeTimeout:  cfg.ReadHeaderTimeout,
 		ReadBufferSize:    wsReadBuffer, // clients send little: a resume, pongs, a close
@@ -451,8 +455,18 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.tlsConf != nil {
 		ln, scheme = tls.NewListener(ln, s.tlsConf), "https"
 	}
+	re := newReentry(ln)
+	srv.ConnState = re.connState
+	s.parking.mu.Lock()
+	s.parking.back, s.parking.open = re, true
+	s.parking.mu.Unlock()
+	parkDone := make(chan struct{})
+	go func() {
+		defer close(parkDone)
+		s.runParker(s.shutdown)
+	}()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(re) }()
 	s.log.Info("web: serving", "addr", s.ln.Addr().String(), "scheme", scheme,
 		"writes", s.cfg.WriteToken != "" && s.cfg.Writer != nil, "read_auth", s.readProtected())
 
@@ -464,6 +478,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		serveErr <- nil
 	}
 	s.shutdownOnce.Do(func() { close(s.shutdown) })
+	<-parkDone // parked long polls answered (Connection: close)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	if serr := srv.Shutdown(sctx); serr != nil {
 		s.log.Warn("web: graceful shutdown incomplete; closing", "err", serr)
@@ -519,7 +534,7 @@ func (s *Server) Stats() ClientStats {
 		ConnsPerClientLimited: s.slots.limited.Load(), Forbidden: s.forbidden.Load(),
 		HashRefused: s.hashRefused.Load(), PasswordHashes: s.passwordHashes(),
 		AuthFailures: s.authFailures.Load(), ConnsOpen: s.connsOpen.Load(), ConnsRefused: s.connsRefused.Load(),
-		AcceptErrors:  s.acceptErrors.Load(),
+		AcceptErrors: s.acceptErrors.Load(), LongPollsGone: s.parking.gone.Load(), LongPollsNotKept: s.parking.notKept(),
 		WSBadMessages: s.wsBad.Load(), WritesOK: s.writesOK.Load(), WritesFailed: s.writesFailed.Load(),
 		WritesRefused: s.writesRefused.Load(),
 	}
