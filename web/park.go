@@ -84,7 +84,9 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, after uint64) bool
 		return false
 	}
 	var extra bytes.Buffer
-	_ = w.Header().Write(&extra)
+	if h := w.Header(); len(h) > 0 { // most often empty; Write sorts and pools even then
+		_ = h.Write(&extra)
+	}
 	slot := s.keepSlot(r)
 	release := func() { slot(); s.release(mLong) }
 	conn, rw, err := hj.Hijack()
