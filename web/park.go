@@ -60,7 +60,14 @@ type parking struct {
 	back     *reentry
 	writers  sync.WaitGroup // replies that did not fit the socket at once
 	gone     atomic.Uint64  // parked polls whose client had gone (sweep, failed reply)
-	scratch  []byte         // the parker's reply buffer
+	buf      replyBuf       // the parker's own: written by runParker's goroutine only
+}
+
+// replyBuf is what writing a reply reuses: the reply's bytes and the Date
+// line of the current second. The parker has one; a handler that answers
+// its own poll at shutdown uses a fresh one, so the two never share.
+type replyBuf struct {
+	scratch  []byte
 	dateSec  int64
 	dateHead []byte
 }
@@ -102,7 +109,7 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, after uint64) bool
 	p.mu.Lock()
 	if !p.open { // Serve is shutting down: answer now, with what is there
 		p.mu.Unlock()
-		s.answerParked([]*parked{pp}, time.Now(), true)
+		s.answerParked([]*parked{pp}, time.Now(), true, new(replyBuf))
 		return true
 	}
 	p.incoming = append(p.incoming, pp)
@@ -153,7 +160,7 @@ func (s *Server) runParker(stop <-chan struct{}) {
 			waiting = append(waiting, p.incoming...)
 			p.incoming = nil
 			p.mu.Unlock()
-			s.answerParked(waiting, time.Now(), true)
+			s.answerParked(waiting, time.Now(), true, &p.buf)
 			return
 		}
 	}
@@ -208,17 +215,18 @@ func (s *Server) answerParkedDue(waiting []*parked, now time.Time) (rest []*park
 	}
 	clear(waiting[len(rest):])
 	for i, pp := range answer {
-		s.replyParked(pp, bodies[i], false, now)
+		s.replyParked(pp, bodies[i], false, now, &s.parking.buf)
 	}
 	return rest, wake
 }
 
 // answerParked answers every poll with what is there now; closing: with
-// Connection: close, the connections are not given back.
-func (s *Server) answerParked(polls []*parked, now time.Time, closing bool) {
+// Connection: close, the connections are not given back. rb: the caller's
+// (see replyParked).
+func (s *Server) answerParked(polls []*parked, now time.Time, closing bool, rb *replyBuf) {
 	for _, pp := range polls {
 		body, _, _ := s.pollNow(pp.after, true, func() []byte { return nil }, nil)
-		s.replyParked(pp, body, closing, now)
+		s.replyParked(pp, body, closing, now, rb)
 	}
 }
 
@@ -244,20 +252,23 @@ func (s *Server) sweepParked(waiting []*parked, now time.Time) []*parked {
 		}
 	}
 	clear(waiting[len(rest):])
-	s.answerParked(early, now, false)
+	s.answerParked(early, now, false, &s.parking.buf)
 	return rest
 }
 
 // replyParked writes a parked poll's reply and gives its connection back to
 // net/http (or closes it: closing, a pipelined request, a failed write).
 // The slot and the count are given back first: the client's next poll, sent
-// as soon as this reply is read, finds them free.
-func (s *Server) replyParked(pp *parked, body []byte, closing bool, now time.Time) {
+// as soon as this reply is read, finds them free. rb is the parker's buffer
+// (p.buf) on its goroutine; there, what the socket does not take at once is
+// written by a goroutine of its own, counted in p.writers. Any other rb is a
+// handler's at shutdown: the handler writes the rest itself, as it may block.
+func (s *Server) replyParked(pp *parked, body []byte, closing bool, now time.Time, rb *replyBuf) {
 	p := &s.parking
 	pp.release()
 	closeAfter := closing || pp.close
-	b := append(p.scratch[:0], "HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nContent-Type: application/json\r\n"...)
-	b = append(b, p.date(now)...)
+	b := append(rb.scratch[:0], "HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nContent-Type: application/json\r\n"...)
+	b = append(b, rb.date(now)...)
 	b = append(b, "Content-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)
 	b = append(b, "\r\n"...)
@@ -267,7 +278,7 @@ func (s *Server) replyParked(pp *parked, body []byte, closing bool, now time.Tim
 	}
 	b = append(b, "\r\n"...)
 	b = append(b, body...)
-	p.scratch = b
+	rb.scratch = b
 	n, err := writeNow(pp.conn, b)
 	if err != nil {
 		p.gone.Add(1)
@@ -278,10 +289,7 @@ func (s *Server) replyParked(pp *parked, body []byte, closing bool, now time.Tim
 		p.done(pp.conn, closeAfter)
 		return
 	}
-	left := bytes.Clone(b[n:])
-	p.writers.Add(1)
-	go func() {
-		defer p.writers.Done()
+	rest := func(left []byte) {
 		_ = pp.conn.SetWriteDeadline(time.Now().Add(parkWriteTimeout))
 		if _, err := pp.conn.Write(left); err != nil {
 			p.gone.Add(1)
@@ -290,6 +298,16 @@ func (s *Server) replyParked(pp *parked, body []byte, closing bool, now time.Tim
 		}
 		_ = pp.conn.SetWriteDeadline(time.Time{})
 		p.done(pp.conn, closeAfter)
+	}
+	if rb != &p.buf {
+		rest(b[n:])
+		return
+	}
+	left := bytes.Clone(b[n:])
+	p.writers.Add(1)
+	go func() {
+		defer p.writers.Done()
+		rest(left)
 	}()
 }
 
@@ -309,12 +327,12 @@ func (p *parking) done(c net.Conn, closeAfter bool) {
 }
 
 // date is the Date header line of now, formatted once a second.
-func (p *parking) date(now time.Time) []byte {
-	if sec := now.Unix(); sec != p.dateSec || p.dateHead == nil {
-		p.dateSec = sec
-		p.dateHead = append(now.UTC().AppendFormat(append(p.dateHead[:0], "Date: "...), http.TimeFormat), "\r\n"...)
+func (rb *replyBuf) date(now time.Time) []byte {
+	if sec := now.Unix(); sec != rb.dateSec || rb.dateHead == nil {
+		rb.dateSec = sec
+		rb.dateHead = append(now.UTC().AppendFormat(append(rb.dateHead[:0], "Date: "...), http.TimeFormat), "\r\n"...)
 	}
-	return p.dateHead
+	return rb.dateHead
 }
 
 // socketOf is the socket under a parked connection (plain or TLS), for the
