@@ -1,4 +1,5 @@
-// Package conf owns the configuration file: its TOML schema, the defaults
+// Package conf owns the configuration file: its TOML parser (toml.go, TOML
+// 1.1, which records the line of every key as it parses), its schema, the defaults
 // (all in defaults.go), profile merging, and validation whose messages name
 // the file, line, device and tag. Load/Parse return a fully resolved Config or
 // every problem found (Errors), never just the first.

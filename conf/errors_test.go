@@ -29,7 +29,7 @@ var errorCases = []struct {
 	// TOML itself.
 	{"syntax", dev + "unit = 1 2 #!\n", []string{"syntax: "}},
 	{"syntax missing value", dev + "unit = #!\n", []string{"syntax: "}},
-	{"syntax later line", "[http]\nlisten = \":8080\"\n[[device]\n#!\n", []string{"syntax: "}},
+	{"syntax later line", "[http]\nlisten = \":8080\"\n[[device] #!\n", []string{"syntax: "}},
 	{"duplicate key", dev + "name = \"x\" #!\n", []string{"syntax: "}},
 	{"unknown top-level key", "foo = 1 #!\n", []string{`unknown key "foo"`}},
 	{"unknown section", "\n[edge] #!\nx = 1\n", []string{`unknown key "edge"`}},

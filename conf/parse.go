@@ -9,8 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"time"
-
-	"github.com/BurntSushi/toml"
 )
 
 // Load reads the file at path and parses it (see Parse).
@@ -31,19 +29,11 @@ func Load(path string) (*Config, error) {
 // messages only. On any problem it returns (nil, Errors) listing all of them,
 // in line order. A TOML syntax error stops the parser, so it is reported alone.
 func Parse(name string, data []byte) (*Config, error) {
-	var raw map[string]any
-	if _, err := toml.Decode(string(data), &raw); err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			msg := "syntax: " + pe.Message
-			if pe.LastKey != "" {
-				msg += fmt.Sprintf(" (after key %q)", pe.LastKey)
-			}
-			return nil, Errors{{File: name, Line: pe.Position.Line, Msg: msg, err: err}}
-		}
-		return nil, Errors{{File: name, Msg: err.Error(), err: err}}
+	raw, lines, synErr := parseTOML(string(data))
+	if synErr != nil {
+		return nil, Errors{{File: name, Line: synErr.line, Msg: "syntax: " + synErr.msg, err: synErr}}
 	}
-	d := &decoder{file: name, lines: indexLines(string(data))}
+	d := &decoder{file: name, lines: lines}
 	cfg := d.config(raw)
 	if len(d.errs) > 0 {
 		sort.SliceStable(d.errs, func(i, j int) bool {

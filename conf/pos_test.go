@@ -185,17 +185,6 @@ func TestScannerAgreesWithParser(t *testing.T) {
 	}
 }
 
-func TestUnescapeBasic(t *testing.T) {
-	for in, want := range map[string]string{
-		`plain`: "plain", `a\tb`: "a\tb", `\"q\"`: `"q"`, `\\`: `\`, `\u00e9`: "é", `\U0001F600`: "😀",
-		`\xAB`: "\u00ab", `\e`: "\x1b", `\u12`: `\u12`, `\uZZZZ`: `\uZZZZ`, `\q`: `\q`, `end\`: `end\`,
-	} {
-		if got := unescapeBasic(in); got != want {
-			t.Errorf("%q: got %q want %q", in, got, want)
-		}
-	}
-}
-
 func TestErrorLinesOnExample(t *testing.T) {
 	// Break the 30th logger: the message must point at its own address line.
 	text := readFile(t, examplePath)
