@@ -66,9 +66,9 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request) {
 	}
 	unit, configured, known := s.historyTag(device, tag)
 	if !known {
-		what := "unknown device " + strconv.Quote(device)
+		what := "unknown device " + quoteInput(device)
 		if configured {
-			what = "unknown tag " + strconv.Quote(tag) + " of device " + strconv.Quote(device)
+			what = "unknown tag " + quoteInput(tag) + " of device " + quoteInput(device)
 		}
 		writeError(w, http.StatusBadRequest, what)
 		return
@@ -181,7 +181,7 @@ func intParam(v string, def int64, name string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return 0, errors.New("query parameter " + name + ": " + strconv.Quote(v) + " is not an integer (Unix microseconds)")
+		return 0, errors.New("query parameter " + name + ": " + quoteInput(v) + " is not an integer (Unix microseconds)")
 	}
 	return n, nil
 }
@@ -195,7 +195,7 @@ func stepParam(v string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
-		return 0, errors.New("query parameter step: " + strconv.Quote(v) + " is not a duration (\"5m\") or microseconds")
+		return 0, errors.New("query parameter step: " + quoteInput(v) + " is not a duration (\"5m\") or microseconds")
 	}
 	return d, nil
 }

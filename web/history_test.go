@@ -122,10 +122,13 @@ func TestHistoryAPI(t *testing.T) {
 		{q("device", "logger-01", "tag", "t00", "step", "1s"), "step below the bucket step"},
 		{q("device", "logger-01", "tag", "t00", "step", "-5m"), "step"},
 		{q("device", "logger-01", "tag", "t00", "to", "-1"), "negative"},
+		{q("device", strings.Repeat("\xce", 5000), "tag", "t00"), `... (5000 bytes)`},
+		{q("device", "logger-01", "tag", "t00", "from", strings.Repeat("9", 5000)), `... (5000 bytes) is not an integer`},
+		{q("device", "logger-01", "tag", "t00", "step", strings.Repeat("\xce", 5000)), `... (5000 bytes) is not a duration`},
 	} {
 		code, r := getHistory(t, ts, c.q)
-		if code != 400 || !strings.Contains(r.Error, c.want) {
-			t.Errorf("%s: %d %q, want 400 with %q", c.q.Encode(), code, r.Error, c.want)
+		if code != 400 || !strings.Contains(r.Error, c.want) || len(r.Error) > 400 {
+			t.Errorf("%.80s: %d %.400q, want 400 with %q", c.q.Encode(), code, r.Error, c.want)
 		}
 	}
 	// Its counters are on /metrics.

@@ -87,7 +87,7 @@ func parseLastSequence(r *http.Request) (uint64, string) {
 	}
 	n, err := strconv.ParseUint(vals[0], 10, 64)
 	if err != nil {
-		return 0, "query parameter lastSequence: " + strconv.Quote(vals[0]) + " is not a non-negative integer"
+		return 0, "query parameter lastSequence: " + quoteInput(vals[0]) + " is not a non-negative integer"
 	}
 	return n, ""
 }

@@ -171,14 +171,37 @@ func TestLongPollingReset(t *testing.T) {
 func TestLongPollingBadParameter(t *testing.T) {
 	ts := startServer(t, Config{})
 	for _, q := range []string{"", "?lastSequence=", "?lastSequence=abc", "?lastSequence=-1", "?lastSequence=1.5",
-		"?lastSequence=99999999999999999999999", "?last=3"} {
+		"?lastSequence=99999999999999999999999", "?last=3",
+		// 10 KB of bytes that quote to four characters each: the message
+		// repeats 64 of them and says how long the value was.
+		"?lastSequence=" + strings.Repeat("%CE", 10000)} {
 		code, h, b := ts.get(t, "/api/longPolling"+q)
 		var e struct {
 			Error string `json:"error"`
 		}
 		if code != http.StatusBadRequest || h.Get("Content-Type") != "application/json" ||
 			json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error, "lastSequence") {
-			t.Errorf("%q: got %d %s, want 400 naming lastSequence", q, code, b)
+			t.Errorf("%.80q: got %d %.300s, want 400 naming lastSequence", q, code, b)
+		}
+		if len(e.Error) > 400 {
+			t.Errorf("%.80q: a %d-byte message", q, len(e.Error))
+		}
+	}
+	if _, _, b := ts.get(t, "/api/longPolling?lastSequence="+strings.Repeat("%CE", 10000)); !strings.Contains(string(b), `... (10000 bytes) is not a non-negative integer`) {
+		t.Errorf("a long value: %.400s", b)
+	}
+}
+
+func TestQuoteInput(t *testing.T) {
+	for in, want := range map[string]string{
+		"x":                           `"x"`,
+		strings.Repeat("a", 64):       `"` + strings.Repeat("a", 64) + `"`,
+		strings.Repeat("a", 65):       `"` + strings.Repeat("a", 64) + `"... (65 bytes)`,
+		strings.Repeat("é", 40):       `"` + strings.Repeat("é", 32) + `"... (80 bytes)`,
+		"a" + strings.Repeat("é", 40): `"a` + strings.Repeat("é", 31) + `"... (81 bytes)`,
+	} {
+		if got := quoteInput(in); got != want {
+			t.Errorf("%.20q...: got %s, want %s", in, got, want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"edgegw/internal/backoff"
 	"edgegw/ringstore"
@@ -622,6 +623,24 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 		Error string `json:"error"`
 	}{msg})
 	writeJSON(w, code, append(b, '\n'))
+}
+
+// maxEchoed bounds how much of a client's input an error message repeats.
+const maxEchoed = 64
+
+// quoteInput quotes a value from a request for an error message: at most
+// maxEchoed bytes of it (cut at a rune boundary), then how long it was. A
+// message stays short whatever a client sends, even bytes that quote to four
+// characters each.
+func quoteInput(v string) string {
+	if len(v) <= maxEchoed {
+		return strconv.Quote(v)
+	}
+	cut := maxEchoed
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return strconv.Quote(v[:cut]) + "... (" + strconv.Itoa(len(v)) + " bytes)"
 }
 
 func writeJSON(w http.ResponseWriter, code int, body []byte) {

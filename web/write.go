@@ -142,7 +142,7 @@ func (s *Server) handlePreflight(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !sameOrigin(o, r.Host) && !s.allowed(o) {
-		writeError(w, http.StatusForbidden, "origin "+strconv.Quote(o)+" is not allowed")
+		writeError(w, http.StatusForbidden, "origin "+quoteInput(o)+" is not allowed")
 		return
 	}
 	h := w.Header()
