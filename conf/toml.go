@@ -63,7 +63,6 @@ type ttable struct {
 }
 
 type tarray struct {
-	path  string
 	elems []*ttable
 }
 
@@ -333,7 +332,7 @@ func (p *tomlParser) header() (*ttable, string) {
 		if cur.m[last] != nil {
 			p.fail("%s: %q is already defined, not as an array of tables%s", name, dotted(keys), p.at(path))
 		}
-		arr = &tarray{path: path}
+		arr = &tarray{}
 		cur.m[last] = arr
 		p.lines.setIfAbsent(path, line)
 	}
@@ -597,7 +596,7 @@ func (p *tomlParser) escape(b *strings.Builder) {
 		n := map[byte]int{'x': 2, 'u': 4, 'U': 8}[c]
 		hex := p.s[p.i:min(p.i+n, len(p.s))]
 		v, err := strconv.ParseUint(hex, 16, 32)
-		if len(hex) < n || err != nil || strings.ContainsAny(hex, "+-_") || !utf8.ValidRune(rune(v)) {
+		if len(hex) < n || err != nil || !utf8.ValidRune(rune(v)) {
 			p.i--
 			p.fail("\\%c%s: want %d hex digits of a Unicode scalar value", c, hex, n)
 		}

@@ -255,6 +255,8 @@ func TestTOMLErrors(t *testing.T) {
 		{"a = \"x\n", 1, `a string must end on its line; want a closing '"'`},
 		{"a = \"\\q\"\n", 1, `unknown escape "\\q" in a string`},
 		{"a = \"\\uD800\"\n", 1, `\uD800: want 4 hex digits of a Unicode scalar value`},
+		{"a = \"\\u+041\"\n", 1, `\u+041: want 4 hex digits of a Unicode scalar value`},
+		{"a = \"\\u_041\"\n", 1, `\u_041: want 4 hex digits of a Unicode scalar value`},
 		{"a = 012\n", 1, `"012": not a valid number`},
 		{"a = 1__0\n", 1, `"1__0": not a valid number`},
 		{"a = 99999999999999999999\n", 1, `"99999999999999999999": out of range`},
