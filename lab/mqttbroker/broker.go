@@ -44,7 +44,7 @@ func (b *Broker) Listen() (net.Addr, error) {
 	if b.ln == nil {
 		ln, err := net.Listen("tcp", b.cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("push: broker: %w", err)
+			return nil, fmt.Errorf("mqttbroker: %w", err)
 		}
 		b.ln = ln
 	}
@@ -59,18 +59,18 @@ func (b *Broker) Run(ctx context.Context) error {
 	b.mu.Lock()
 	ln := b.ln
 	b.mu.Unlock()
-	s := mochi.New(&mochi.Options{Logger: b.cfg.Logger, InlineClient: false})
+	s := mochi.New(&mochi.Options{Logger: slog.New(listenerLog{b.cfg.Logger.Handler()}), InlineClient: false})
 	if err := s.AddHook(new(auth.AllowHook), nil); err != nil { // without it every CONNECT is refused
 		ln.Close()
-		return fmt.Errorf("push: broker: %w", err)
+		return fmt.Errorf("mqttbroker: %w", err)
 	}
 	if err := s.AddListener(listeners.NewNet("tcp", ln)); err != nil {
 		ln.Close()
-		return fmt.Errorf("push: broker: %w", err)
+		return fmt.Errorf("mqttbroker: %w", err)
 	}
 	if err := s.Serve(); err != nil {
 		s.Close()
-		return fmt.Errorf("push: broker: %w", err)
+		return fmt.Errorf("mqttbroker: %w", err)
 	}
 	<-ctx.Done()
 	err := s.Close()
