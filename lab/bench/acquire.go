@@ -58,6 +58,10 @@ type AcquireConfig struct {
 	// Gateway is the gateway binary mode full runs ("": built from the
 	// module around the working directory with build/gateway.flags).
 	Gateway string
+	// FullConfig is TOML that mode full adds to the gateway's default
+	// config, after [gateway] and [http]: sections such as [ring] and
+	// [history], to measure a site's settings ("": the defaults).
+	FullConfig string
 }
 
 func (c AcquireConfig) fill() AcquireConfig {

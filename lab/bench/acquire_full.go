@@ -22,10 +22,16 @@ const ModeFull = "full"
 
 // fullConfig is the config of the measured gateway: the defaults (history
 // on, ring 60 s, no upstream, data_dir "") and one TCP device per logger of
-// f, the logger model's two tags.
-func fullConfig(f *sim.Fleet, interval, timeout time.Duration, httpAddr string) string {
+// f, the logger model's two tags. extra (-full-config) comes after [http],
+// before the profile and the devices.
+func fullConfig(f *sim.Fleet, interval, timeout time.Duration, httpAddr, extra string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[gateway]\nid = \"bench-full\"\n\n[http]\nlisten = %q\n\n", httpAddr)
+	if extra != "" {
+		b.WriteString("# -full-config\n")
+		b.WriteString(strings.TrimRight(extra, "\n"))
+		b.WriteString("\n\n")
+	}
 	b.WriteString(`[[profile]]
 name = "th-logger"
 tags = [
@@ -38,6 +44,18 @@ tags = [
 			i+1, f.Addr(i), interval.String(), timeout.String())
 	}
 	return b.String()
+}
+
+// tomlHeaders lists the table headers of a TOML text ("[ring]", …), for
+// the report to say what -full-config changed.
+func tomlHeaders(text string) []string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "[") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // moduleRoot is the directory of the edgegw module around the working
@@ -166,6 +184,9 @@ func saveURL(client *http.Client, url, path string) error {
 func acquireFull(ctx context.Context, cfg AcquireConfig, f *sim.Fleet) (ModeReport, error) {
 	mr := ModeReport{Mode: ModeFull, Devices: f.Len(), Interval: cfg.Interval.String(),
 		Where: "edgegw run (gateway build, default config: history, ring 60 s, web; no upstream) in its own process; loggers in the bench process"}
+	if cfg.FullConfig != "" {
+		mr.Where = "edgegw run (gateway build, default config with -full-config's sections: " + strings.Join(tomlHeaders(cfg.FullConfig), " ") + "; no upstream) in its own process; loggers in the bench process"
+	}
 	dir, err := os.MkdirTemp("", "edgegw-bench-full-")
 	if err != nil {
 		return mr, err
@@ -184,7 +205,7 @@ func acquireFull(ctx context.Context, cfg AcquireConfig, f *sim.Fleet) (ModeRepo
 	}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", port)
 	conf := filepath.Join(dir, "edgegw.toml")
-	if err := os.WriteFile(conf, []byte(fullConfig(f, cfg.Interval, timeoutFor(cfg, "tcp"), httpAddr)), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(fullConfig(f, cfg.Interval, timeoutFor(cfg, "tcp"), httpAddr, cfg.FullConfig)), 0o600); err != nil {
 		return mr, err
 	}
 	args := []string{"run", "-config", conf}

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"edgegw/conf"
+	"edgegw/lab/sim"
 )
 
 // TestAcquireFull: `bench acquire -full` runs the shipped gateway build
@@ -68,5 +71,43 @@ func TestAcquireFullBadGateway(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "no-such-edgegw") {
 		t.Fatalf("err %v: want the missing binary named", err)
+	}
+}
+
+// -full-config's sections reach the measured gateway's config, which the
+// gateway's own parser reads: a site's ring and history sizes, or a clear
+// refusal when they collide with what the bench writes itself.
+func TestFullConfigAddsSections(t *testing.T) {
+	f, err := sim.NewFleet(sim.Config{Devices: 2, Transport: "tcp", Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	plain, err := conf.Parse("plain.toml", []byte(fullConfig(f, time.Second, 500*time.Millisecond, "127.0.0.1:0", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := "[ring]\nmax_bytes = \"2MiB\"\n\n[history]\nmax_ram = \"1MiB\"\n"
+	c, err := conf.Parse("extra.toml", []byte(fullConfig(f, time.Second, 500*time.Millisecond, "127.0.0.1:0", extra)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Ring.MaxBytes != 2<<20 || c.History.MaxRAM != 1<<20 {
+		t.Errorf("ring max_bytes %d, history max_ram %d: want 2 MiB and 1 MiB", c.Ring.MaxBytes, c.History.MaxRAM)
+	}
+	if plain.Ring.MaxBytes == c.Ring.MaxBytes || plain.History.MaxRAM == c.History.MaxRAM {
+		t.Errorf("the defaults (%d, %d) are what -full-config set", plain.Ring.MaxBytes, plain.History.MaxRAM)
+	}
+	if len(c.Devices) != 2 || len(plain.Devices) != 2 {
+		t.Errorf("%d and %d devices: want the fleet's 2", len(c.Devices), len(plain.Devices))
+	}
+	if got := tomlHeaders(extra); strings.Join(got, " ") != "[ring] [history]" {
+		t.Errorf("headers %q", got)
+	}
+	_, err = conf.Parse("twice.toml", []byte(fullConfig(f, time.Second, 500*time.Millisecond, "127.0.0.1:0", "[http]\nlisten = \"127.0.0.1:0\"\n")))
+	if err == nil || !strings.Contains(err.Error(), "http") {
+		t.Errorf("a second [http]: err %v, want it refused by name", err)
+	} else {
+		t.Logf("a second [http]: %v", err)
 	}
 }

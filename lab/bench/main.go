@@ -123,6 +123,7 @@ func mainAcquire(args []string, stdout io.Writer) error {
 	before := fs.String("before", "", "another edgegw lab binary (an earlier commit): each mode also runs its gateway, as MODE@before")
 	full := fs.Bool("full", false, "measure the whole gateway instead: `edgegw run` (the shipped build, default config) polling the loggers over TCP (mode full), beside telegraf")
 	fs.StringVar(&c.Gateway, "gateway", "", "with -full: the gateway binary (default: built here as make amd64 does)")
+	fullConf := fs.String("full-config", "", "with -full: a TOML file whose sections ([ring], [history], …) are added to the gateway's default config")
 	out := outputFlags(fs, false)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -133,6 +134,16 @@ func mainAcquire(args []string, stdout io.Writer) error {
 	c.Modes = splitList(*modes)
 	if *full {
 		c.Modes = []string{ModeFull}
+	}
+	if *fullConf != "" {
+		if !*full {
+			return errors.New("bench acquire: -full-config needs -full")
+		}
+		b, err := os.ReadFile(*fullConf)
+		if err != nil {
+			return fmt.Errorf("bench acquire: -full-config: %w", err)
+		}
+		c.FullConfig = string(b)
 	}
 	if *before != "" {
 		var err error
