@@ -77,8 +77,11 @@ async def main():
     ctx = ModbusServerContext(slaves={1: store(1), 2: store(2), 3: store(3)}, single=False)
     srv = await StartAsyncTcpServer(context=ctx, address=("127.0.0.1", backend), defer_start=True)
     t = asyncio.create_task(srv.serve_forever())
-    while not srv.serving.done():
-        await asyncio.sleep(0.05)
+    while not srv.serving.done():  # as testenv's slaves: a backend that cannot bind ends the script
+        done, _ = await asyncio.wait([t], timeout=0.05)
+        for d in done:
+            d.result()
+            sys.exit("backend ended")
     front = await asyncio.start_server(handle, "127.0.0.1", 0)
     print("READY", front.sockets[0].getsockname()[1], flush=True)
     await asyncio.gather(t, front.serve_forever())
