@@ -159,18 +159,11 @@ func (r *Ring) append(batch []Sample) (first, last uint64) {
 	defer r.mu.Unlock()
 	first, epoch := r.seq.ReserveEpoch(len(batch))
 	r.noteEpoch(first, first+uint64(len(batch))-1, epoch)
+	j := -1
 	for i := range batch {
 		batch[i].Seq = first + uint64(i)
 		batch[i].Epoch = epoch
-		k := key{batch[i].Device, batch[i].Tag}
-		j, ok := r.index[k]
-		if ok {
-			r.latest[j] = batch[i]
-		} else {
-			j = len(r.latest)
-			r.index[k] = j
-			r.latest = append(r.latest, batch[i])
-		}
+		j = r.keep(&batch[i], j)
 		r.push(&batch[i], j)
 	}
 	last = first + uint64(len(batch)) - 1
@@ -188,6 +181,28 @@ func (r *Ring) append(batch []Sample) (first, last uint64) {
 		r.handed = false
 	}
 	return first, last
+}
+
+// keep makes s the latest sample of its tag and returns the tag's index in
+// latest (added when new). prev is the index of the batch's previous sample
+// (-1 for the first): a device lists its tags in the same order every poll,
+// and latest holds them in the order first seen, so the entry after prev is
+// tried before the map (whose look-up hashes both names, a cache miss a
+// sample on a fleet).
+func (r *Ring) keep(s *Sample, prev int) int {
+	if n := prev + 1; prev >= 0 && n < len(r.latest) && r.latest[n].Tag == s.Tag && r.latest[n].Device == s.Device {
+		r.latest[n] = *s
+		return n
+	}
+	k := key{s.Device, s.Tag}
+	if j, ok := r.index[k]; ok {
+		r.latest[j] = *s
+		return j
+	}
+	j := len(r.latest)
+	r.index[k] = j
+	r.latest = append(r.latest, *s)
+	return j
 }
 
 // noteEpoch records that the batch first..last is numbered in epoch, and
