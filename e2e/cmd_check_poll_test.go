@@ -74,16 +74,16 @@ tags = [ { name = "level", address = 0 } ]
 			t.Errorf("no line %v", want)
 		}
 	}
-	if !containsFields(text, "live-meter", "rtt") || strings.Contains(lineWith(text, "live-meter"), "FAILED") {
-		t.Errorf("live device line: %q", lineWith(text, "live-meter"))
+	if !containsFields(text, "live-meter", "rtt") || strings.Contains(testenv.LineWith(text, "live-meter"), "FAILED") {
+		t.Errorf("live device line: %q", testenv.LineWith(text, "live-meter"))
 	}
-	if l := lineWith(text, "dead-plc "); !strings.Contains(l, "FAILED") || !strings.Contains(l, "connection refused") {
+	if l := testenv.LineWith(text, "dead-plc "); !strings.Contains(l, "FAILED") || !strings.Contains(l, "connection refused") {
 		t.Errorf("dead tcp device line: %q", l)
 	}
-	if l := lineWith(text, "dead-logger "); !strings.Contains(l, "FAILED") || !strings.Contains(l, "timeout") {
+	if l := testenv.LineWith(text, "dead-logger "); !strings.Contains(l, "FAILED") || !strings.Contains(l, "timeout") {
 		t.Errorf("dead udp device line: %q", l)
 	}
-	last := lineWith(stderr.String(), "edgegw check:")
+	last := testenv.LineWith(stderr.String(), "edgegw check:")
 	if !strings.Contains(last, "poll failed: ") || !strings.Contains(last, "dead-plc") || !strings.Contains(last, "dead-logger") || strings.Contains(last, "live-meter") {
 		t.Errorf("verdict %q: want the dead devices named, not the live one", last)
 	}
@@ -96,14 +96,4 @@ tags = [ { name = "level", address = 0 } ]
 	if err == nil || !strings.Contains(string(out), `-device "nope": no such device`) {
 		t.Errorf("-device nope: %v\n%s", err, out)
 	}
-}
-
-// lineWith is the first line of text containing s ("" if none).
-func lineWith(text, s string) string {
-	for _, l := range strings.Split(text, "\n") {
-		if strings.Contains(l, s) {
-			return l
-		}
-	}
-	return ""
 }

@@ -75,6 +75,16 @@ func Start(t testing.TB, cmd *exec.Cmd) *bufio.Scanner {
 	return bufio.NewScanner(pr)
 }
 
+// LineWith is the first line of text containing s ("" if none).
+func LineWith(text, s string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
+}
+
 // WaitLine reads lines from sc until one contains substr or timeout passes.
 // Lines read on the way are logged. Returns the matching line.
 func WaitLine(t testing.TB, sc *bufio.Scanner, substr string, timeout time.Duration) string {

@@ -49,21 +49,12 @@ func TestDroppedClientLogsNoEmptyWarning(t *testing.T) {
 		s := out.String()
 		return strings.Contains(s, `msg="mqttbroker: client connection closed"`) || strings.Contains(s, "level=WARN")
 	})
-	if line := findLine(out.String(), "level=WARN"); line != "" {
+	if line := testenv.LineWith(out.String(), "level=WARN"); line != "" {
 		t.Errorf("a warning for a dropped client: %s", line)
 	}
-	if line := findLine(out.String(), `level=DEBUG msg="mqttbroker: client connection closed"`); !strings.Contains(line, "error=EOF") || !strings.Contains(line, "listener=tcp") {
+	if line := testenv.LineWith(out.String(), `level=DEBUG msg="mqttbroker: client connection closed"`); !strings.Contains(line, "error=EOF") || !strings.Contains(line, "listener=tcp") {
 		t.Errorf("the closed connection's line lost its attributes: %s", line)
 	}
-}
-
-func findLine(s, substr string) string {
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, substr) {
-			return l
-		}
-	}
-	return ""
 }
 
 func TestListenerLogLevels(t *testing.T) {
