@@ -43,7 +43,7 @@ func BenchmarkBroadcastFanout1000(b *testing.B) {
 	clients := make([]*wsClient, 1000)
 	for i := range clients {
 		clients[i] = &wsClient{queue: make(chan *frame, 64), gone: make(chan struct{})}
-		h.add(clients[i])
+		h.add(clients[i], 0)
 	}
 	b.ReportAllocs()
 	n := 0

@@ -72,19 +72,36 @@ type wsClient struct {
 
 // hub fans each frame out to every client's bounded queue.
 type hub struct {
-	mu      sync.Mutex
-	clients map[*wsClient]struct{}
-	joined  chan struct{} // closed (and replaced) when a client joins an empty hub
+	mu       sync.Mutex
+	clients  map[*wsClient]struct{}
+	joined   chan struct{}          // closed (and replaced) when a client joins an empty hub
+	joinedAt uint64                 // the ring's sequence before that client's snapshot
+	woken    atomic.Pointer[func()] // tests: run when the hub wakes for a joined client
 }
 
-func (h *hub) add(c *wsClient) {
+// add adds c, whose snapshot is not taken yet; seq is the ring's last
+// sequence now. A client joining an empty hub sets where the hub goes on
+// from: every sample after seq comes in the hub's frames (the ones the
+// snapshot already holds are skipped by the writer), however late the hub
+// goroutine wakes.
+func (h *hub) add(c *wsClient, seq uint64) {
 	h.mu.Lock()
-	if len(h.clients) == 0 && h.joined != nil {
-		close(h.joined)
-		h.joined = make(chan struct{})
+	if len(h.clients) == 0 {
+		h.joinedAt = seq
+		if h.joined != nil {
+			close(h.joined)
+			h.joined = make(chan struct{})
+		}
 	}
 	h.clients[c] = struct{}{}
 	h.mu.Unlock()
+}
+
+// start returns where the hub goes on from after waking for a joined client.
+func (h *hub) start() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.joinedAt
 }
 
 // idle returns a channel closed when the first client joins, or nil when
@@ -140,12 +157,16 @@ func (s *Server) runHub(ctx context.Context) {
 	last := s.cfg.Ring.Snapshot().Seq
 	for {
 		if joined := s.hub.idle(); joined != nil {
-			// No client: do not wake on every poll. A client that joins
-			// starts from its snapshot and its writer fetches from the ring
-			// whatever lies between that and the hub's next frame.
+			// No client: do not wake on every poll. The first client to
+			// join says where to go on from (add): the ring's sequence
+			// before its snapshot, not after the hub wakes, which may be
+			// after the next batch.
 			select {
 			case <-joined:
-				last = s.cfg.Ring.Snapshot().Seq
+				if f := s.hub.woken.Load(); f != nil {
+					(*f)()
+				}
+				last = s.hub.start()
 			case <-ctx.Done():
 				return
 			}
@@ -240,7 +261,7 @@ func (s *Server) serveWS(c *wsClient, remote string, releaseSlot func()) {
 	defer s.release(mWS)
 	defer releaseSlot()
 	conn := c.conn
-	s.hub.add(c)
+	s.hub.add(c, s.cfg.Ring.Snapshot().Seq)
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)

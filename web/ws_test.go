@@ -443,6 +443,33 @@ func TestWebSocketPingDeadline(t *testing.T) {
 // its read deadline ends it: that is a slow client dropped too — counted in
 // /metrics and logged once with its address (it used to end uncounted).
 // A client that closes by itself is not counted.
+// A client that joins an empty hub gets the batch appended after its
+// snapshot, however late the hub goroutine wakes for it (a busy machine):
+// the hub goes on from the ring's sequence taken before the snapshot. It
+// went on from the ring's sequence when it woke, so a batch appended in
+// between reached the client only with the next one.
+func TestHubWakingLateKeepsTheNextBatch(t *testing.T) {
+	ts := startServer(t, Config{})
+	appended := make(chan struct{})
+	woken := func() { // the hub wakes only once the test has appended
+		select {
+		case <-appended:
+		case <-time.After(20 * time.Second):
+		}
+	}
+	ts.hub.woken.Store(&woken)
+	c := dialWS(t, ts.wsURL, nil)
+	if f := mustFrame(t, c); f.Type != "snapshot" {
+		t.Fatalf("first frame %q, want the snapshot", f.Type)
+	}
+	_, last := appendBatch(t, ts.ring, "logger-01", 2, 1)
+	close(appended)
+	f := mustFrame(t, c)
+	if len(f.Samples) != 2 || f.Samples[1].Seq != last {
+		t.Fatalf("frame after the snapshot: %+v, want the batch up to %d", f, last)
+	}
+}
+
 func TestSilentWebSocketClientDropped(t *testing.T) {
 	var logs testenv.Buffer
 	ts := startServer(t, Config{WSPingInterval: 100 * time.Millisecond, WSWriteTimeout: 200 * time.Millisecond,
