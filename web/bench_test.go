@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"edgegw/history"
 	"edgegw/ringstore"
 )
 
@@ -204,4 +205,29 @@ func BenchmarkLongPollHTTPWaiterMemory(b *testing.B) {
 		waitFor(b, 30*time.Second, "the waits to end", func() bool { return ts.Stats().LongPolling.Active == 0 })
 	}
 	b.ReportMetric(total/float64(b.N)/waiters, "B/waiter")
+}
+
+// BenchmarkAppendPoints: one history answer's JSON, 1,200 raw points and
+// 1,200 buckets (a whole raw window, MaxPoints of buckets).
+func BenchmarkAppendPoints(b *testing.B) {
+	const n = 1200
+	raw := &history.Points{Kind: "raw", From: 0, To: n * 1e6}
+	bk := &history.Points{Kind: "buckets", Step: time.Minute, From: 0, To: n * 6e7}
+	for i := range n {
+		v := 20 + float64(i%97)/10
+		raw.TS, raw.Value, raw.Quality = append(raw.TS, int64(i)*1e6), append(raw.Value, v), append(raw.Quality, ringstore.Good)
+		bk.TS = append(bk.TS, int64(i)*6e7)
+		bk.Min, bk.Max, bk.Mean, bk.Last = append(bk.Min, v-1), append(bk.Max, v+1), append(bk.Mean, v), append(bk.Last, v)
+		bk.Good, bk.Bad = append(bk.Good, 60), append(bk.Bad, 0)
+	}
+	for _, p := range []*history.Points{raw, bk} {
+		b.Run("kind="+p.Kind, func(b *testing.B) {
+			buf := make([]byte, 0, 256<<10)
+			b.ReportAllocs()
+			for b.Loop() {
+				buf = appendPoints(buf[:0], "logger-01", "temperature", "°C", n, p)
+			}
+			b.SetBytes(int64(len(buf)))
+		})
+	}
 }

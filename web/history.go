@@ -201,13 +201,12 @@ func stepParam(v string) (time.Duration, error) {
 }
 
 func appendPoints(b []byte, device, tag, unit string, maxPoints int, p *history.Points) []byte {
-	str := func(b []byte, s string) []byte { j, _ := json.Marshal(s); return append(b, j...) }
 	b = append(b, `{"device":`...)
-	b = str(b, device)
+	b = appendJSONString(b, device)
 	b = append(b, `,"tag":`...)
-	b = str(b, tag)
+	b = appendJSONString(b, tag)
 	b = append(b, `,"unit":`...)
-	b = str(b, unit)
+	b = appendJSONString(b, unit)
 	b = append(b, `,"kind":"`...)
 	b = append(b, p.Kind...)
 	b = append(b, `","from":`...)
@@ -226,37 +225,9 @@ func appendPoints(b []byte, device, tag, unit string, maxPoints int, p *history.
 		b = strconv.AppendInt(b, t, 10)
 	}
 	b = append(b, ']')
-	floats := func(b []byte, name string, v []float64, scale float64) []byte {
-		b = append(b, `,"`...)
-		b = append(b, name...)
-		b = append(b, `":[`...)
-		for i, x := range v {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if math.IsNaN(x) || math.IsInf(x, 0) {
-				b = append(b, "null"...)
-			} else {
-				b = strconv.AppendFloat(b, x*scale, 'g', -1, 64)
-			}
-		}
-		return append(b, ']')
-	}
-	uints := func(b []byte, name string, v []uint32) []byte {
-		b = append(b, `,"`...)
-		b = append(b, name...)
-		b = append(b, `":[`...)
-		for i, x := range v {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendUint(b, uint64(x), 10)
-		}
-		return append(b, ']')
-	}
 	switch p.Kind {
 	case "raw":
-		b = floats(b, "value", p.Value, 1)
+		b = appendFloatList(b, "value", p.Value, 1)
 		b = append(b, `,"quality":[`...)
 		for i, q := range p.Quality {
 			if i > 0 {
@@ -271,18 +242,58 @@ func appendPoints(b []byte, device, tag, unit string, maxPoints int, p *history.
 			b = append(b, `,"bool":true`...)
 		}
 	case "buckets":
-		b = floats(b, "min", p.Min, 1)
-		b = floats(b, "max", p.Max, 1)
-		b = floats(b, "mean", p.Mean, 1)
-		b = floats(b, "last", p.Last, 1)
-		b = uints(b, "good", p.Good)
-		b = uints(b, "bad", p.Bad)
+		b = appendFloatList(b, "min", p.Min, 1)
+		b = appendFloatList(b, "max", p.Max, 1)
+		b = appendFloatList(b, "mean", p.Mean, 1)
+		b = appendFloatList(b, "last", p.Last, 1)
+		b = appendUintList(b, "good", p.Good)
+		b = appendUintList(b, "bad", p.Bad)
 	case "health":
-		b = uints(b, "polls", p.Polls)
-		b = uints(b, "good", p.Good)
-		b = floats(b, "valid_rate", p.ValidRate, 1)
-		b = floats(b, "rtt_mean_ms", p.RTTMeanUS, 1e-3)
-		b = floats(b, "rtt_p99_ms", p.RTTP99US, 1e-3)
+		b = appendUintList(b, "polls", p.Polls)
+		b = appendUintList(b, "good", p.Good)
+		b = appendFloatList(b, "valid_rate", p.ValidRate, 1)
+		b = appendFloatList(b, "rtt_mean_ms", p.RTTMeanUS, 1e-3)
+		b = appendFloatList(b, "rtt_p99_ms", p.RTTP99US, 1e-3)
 	}
 	return append(b, "}\n"...)
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	j, _ := json.Marshal(s)
+	return append(b, j...)
+}
+
+// appendFloatList appends `,"name":[...]`: v times scale, null for NaN and
+// ±Inf. Not inlined: a query calls it once a series, and one copy of the
+// loop is enough.
+//
+//go:noinline
+func appendFloatList(b []byte, name string, v []float64, scale float64) []byte {
+	b = append(append(append(b, `,"`...), name...), `":[`...)
+	for i, x := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			b = append(b, "null"...)
+		} else {
+			b = strconv.AppendFloat(b, x*scale, 'g', -1, 64)
+		}
+	}
+	return append(b, ']')
+}
+
+// appendUintList appends `,"name":[...]`. Not inlined, as appendFloatList.
+//
+//go:noinline
+func appendUintList(b []byte, name string, v []uint32) []byte {
+	b = append(append(append(b, `,"`...), name...), `":[`...)
+	for i, x := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, uint64(x), 10)
+	}
+	return append(b, ']')
 }
