@@ -1,7 +1,6 @@
 package web
 
 import (
-	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"edgegw/history"
+	"edgegw/wire"
 )
 
 // History is what web reads from the gateway's history (history.Store).
@@ -202,11 +202,11 @@ func stepParam(v string) (time.Duration, error) {
 
 func appendPoints(b []byte, device, tag, unit string, maxPoints int, p *history.Points) []byte {
 	b = append(b, `{"device":`...)
-	b = appendJSONString(b, device)
+	b = wire.AppendString(b, device)
 	b = append(b, `,"tag":`...)
-	b = appendJSONString(b, tag)
+	b = wire.AppendString(b, tag)
 	b = append(b, `,"unit":`...)
-	b = appendJSONString(b, unit)
+	b = wire.AppendString(b, unit)
 	b = append(b, `,"kind":"`...)
 	b = append(b, p.Kind...)
 	b = append(b, `","from":`...)
@@ -256,12 +256,6 @@ func appendPoints(b []byte, device, tag, unit string, maxPoints int, p *history.
 		b = appendFloatList(b, "rtt_p99_ms", p.RTTP99US, 1e-3)
 	}
 	return append(b, "}\n"...)
-}
-
-// appendJSONString appends s as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	j, _ := json.Marshal(s)
-	return append(b, j...)
 }
 
 // appendFloatList appends `,"name":[...]`: v times scale, null for NaN and

@@ -88,11 +88,11 @@ func (c *WriteCommand) Check() string {
 // comment). A value that is not finite is written as null.
 func AppendWriteCommand(b []byte, id, device, tag string, value float64) []byte {
 	b = append(b, `{"type":"write","id":`...)
-	b = appendString(b, id)
+	b = AppendString(b, id)
 	b = append(b, `,"device":`...)
-	b = appendString(b, device)
+	b = AppendString(b, device)
 	b = append(b, `,"tag":`...)
-	b = appendString(b, tag)
+	b = AppendString(b, tag)
 	b = append(b, `,"value":`...)
 	b = appendNumber(b, value)
 	return append(b, '}')
@@ -116,7 +116,7 @@ type WriteAnswer struct {
 // is written as null.
 func AppendWriteResult(b []byte, a *WriteAnswer) []byte {
 	b = append(b, `{"type":"write_result","id":`...)
-	b = appendString(b, a.ID)
+	b = AppendString(b, a.ID)
 	if a.OK {
 		b = append(b, `,"ok":true,"written":`...)
 		b = appendNumber(b, a.Written)
@@ -124,16 +124,16 @@ func AppendWriteResult(b []byte, a *WriteAnswer) []byte {
 		b = appendNumber(b, a.ReadBack)
 	} else {
 		b = append(b, `,"ok":false,"error":`...)
-		b = appendString(b, a.Error)
+		b = AppendString(b, a.Error)
 		b = append(b, `,"kind":`...)
-		b = appendString(b, a.Kind)
+		b = AppendString(b, a.Kind)
 	}
 	return append(b, '}')
 }
 
 // appendString writes s as encoding/json does (HTML-safe, invalid UTF-8
 // replaced): answers carry error texts from anywhere.
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	j, _ := json.Marshal(s) // a string always marshals
 	return append(b, j...)
 }
